@@ -1,0 +1,35 @@
+"""r3wire: a compact, fast, strictly validated wire codec for MoE routed-expert arrays and logprobs.
+
+The public API, by concern:
+
+- routes: :func:`encode_routes`, :func:`decode_routes`, :func:`route_dtype`
+- any per-token side channel: :func:`encode_array`, :func:`decode_array`
+- the wire contract: :class:`Schema`, :data:`ROUTES_SCHEMA`, :data:`ARRAY_SCHEMA`, :data:`WIRE_DTYPES`
+- errors: :class:`R3WireError`, :class:`EncodeError`, :class:`DecodeError`, :class:`UnsupportedVersionError`
+
+Adapters live in submodules that import their framework only when used: ``r3wire.torch``.
+"""
+
+from r3wire._version import __version__
+from r3wire.arrays import decode_array, encode_array
+from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
+from r3wire.routes import decode_routes, encode_routes, route_dtype
+from r3wire.schema import ARRAY_SCHEMA, ROUTE_DTYPES, ROUTES_SCHEMA, WIRE_DTYPES, Schema
+
+__all__ = [
+    "ARRAY_SCHEMA",
+    "ROUTES_SCHEMA",
+    "ROUTE_DTYPES",
+    "WIRE_DTYPES",
+    "DecodeError",
+    "EncodeError",
+    "R3WireError",
+    "Schema",
+    "UnsupportedVersionError",
+    "__version__",
+    "decode_array",
+    "decode_routes",
+    "encode_array",
+    "encode_routes",
+    "route_dtype",
+]

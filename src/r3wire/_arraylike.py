@@ -1,0 +1,42 @@
+"""Turning what callers hand an encoder (NumPy arrays, torch tensors, nested lists) into a NumPy array."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+
+from r3wire.errors import EncodeError
+
+__all__ = ["as_numpy"]
+
+
+def as_numpy(obj: object, *, field: str) -> np.ndarray[Any, Any]:
+    """Return ``obj`` as a NumPy array without copying when it already is one (or a contiguous CPU tensor).
+
+    torch is never imported here: an object can only be a tensor if the caller already imported torch.
+
+    Raises:
+        EncodeError: ``obj`` cannot be viewed as an array.
+    """
+    if isinstance(obj, np.ndarray):
+        return obj
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, torch.Tensor):
+        from r3wire.torch import tensor_to_numpy  # noqa: PLC0415  # the adapter is a leaf; load it only when used
+
+        return tensor_to_numpy(obj, field=field)
+    if isinstance(obj, (str, bytes, bytearray, memoryview)) or obj is None:
+        raise EncodeError.make(
+            field, "an array (NumPy array, torch tensor or nested lists)", type(obj).__name__, raw=True
+        )
+    try:
+        return np.asarray(obj)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise EncodeError.make(
+            field,
+            "an array (NumPy array, torch tensor or nested lists)",
+            f"{type(obj).__name__} ({exc})",
+            raw=True,
+        ) from exc

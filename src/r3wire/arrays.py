@@ -1,0 +1,92 @@
+"""The generic packed-array codec for any per-token side channel (sample-support ids, values, masks).
+
+An array travels as the same envelope as routes, under the ``r3wire.array`` schema, in its own dtype: nothing
+is converted, so every value, NaN payloads and -0.0 included, comes back bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import numpy as np
+
+from r3wire._arraylike import as_numpy
+from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
+from r3wire._validate import check_int, load_object
+from r3wire.errors import DecodeError, R3WireError
+from r3wire.schema import ARRAY_SCHEMA, WIRE_DTYPES
+
+__all__ = ["decode_array", "encode_array"]
+
+
+def _allowed(dtypes: Collection[str] | None) -> tuple[str, ...]:
+    if dtypes is None:
+        return tuple(WIRE_DTYPES)
+    if isinstance(dtypes, str):  # a lone string is a collection of characters: almost certainly a mistake
+        dtypes = (dtypes,)
+    unknown = [d for d in dtypes if d not in WIRE_DTYPES]
+    if unknown or not dtypes:
+        raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", list(dtypes))
+    return tuple(dtypes)
+
+
+def encode_array(array: Any, *, dtypes: Collection[str] | None = None) -> dict[str, Any]:
+    """Encode an n-dimensional array as an ``r3wire.array`` envelope, preserving every value bit for bit.
+
+    Args:
+        array: a NumPy array (any byte order, memory order or writability) or a torch tensor, whose dtype is
+            one of the wire dtypes (bool, u/int8..64, float16/32/64).
+        dtypes: the wire dtype names the caller allows, e.g. ``("int32",)`` for sample-support ids; all of them
+            when omitted. The array is never cast to fit: a dtype outside this set is an error.
+
+    Returns:
+        A JSON-ready dict ``{"data", "shape", "dtype", "schema", "version"}``.
+
+    Raises:
+        EncodeError: the value is not an array, or its dtype is not an allowed wire dtype.
+    """
+    allowed = _allowed(dtypes)
+    arr = as_numpy(array, field="array")
+    name = wire_dtype_name(arr.dtype, field="array", allowed=allowed)
+    return build_envelope(to_wire_bytes(arr, name), name, ARRAY_SCHEMA)
+
+
+def decode_array(
+    payload: Any,
+    *,
+    dtypes: Collection[str] | None = None,
+    ndim: int | None = None,
+    max_elements: int | None = None,
+) -> np.ndarray[Any, Any]:
+    """Decode an ``r3wire.array`` envelope (a dict, or its JSON text as ``str`` or bytes).
+
+    Args:
+        payload: the envelope.
+        dtypes: the wire dtype names accepted; all of them when omitted.
+        ndim: the number of dimensions required; any when omitted.
+        max_elements: refuse a payload declaring more elements than this, before decoding anything.
+
+    Returns:
+        A writable, C-contiguous array in the wire dtype, native byte order.
+
+    Raises:
+        DecodeError: the payload is malformed or breaks a limit; the message names the field.
+        UnsupportedVersionError: the payload's schema version is newer than this release reads.
+    """
+    allowed = _allowed(dtypes)
+    if ndim is not None:
+        ndim = check_int(ndim, "ndim", minimum=0, maximum=32, error=R3WireError)
+    if max_elements is not None:
+        max_elements = check_int(max_elements, "max_elements", minimum=0, maximum=1 << 63, error=R3WireError)
+    obj = load_object(payload, what="an r3wire.array envelope")
+    header = read_header(obj, schema_name=ARRAY_SCHEMA.name, dtypes=allowed, ndim=ndim, max_elements=max_elements)
+    array = decode_data(header)
+    if header.dtype == "bool" and array.size:
+        # Only 0 and 1 are booleans; any other byte would be a value NumPy shows as True but stores differently.
+        raw = array.view(np.uint8)
+        bad = raw > 1
+        if bad.any():
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise DecodeError.make(f"data{list(index)}", "a bool byte (0 or 1)", int(raw[index]))
+    return array

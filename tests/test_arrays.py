@@ -1,0 +1,92 @@
+"""encode_array / decode_array: the generic side-channel codec preserves every value bit for bit."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import orjson
+import pytest
+
+from r3wire import WIRE_DTYPES, DecodeError, EncodeError, R3WireError, decode_array, encode_array
+
+
+@pytest.mark.parametrize("name", list(WIRE_DTYPES))
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_every_wire_dtype_round_trips_bit_exact(name: str, order: Literal["<", ">"]) -> None:
+    rng = np.random.default_rng(7)
+    raw = rng.integers(0, 256, size=24 * 8, dtype=np.uint8)
+    if name == "bool":
+        raw = raw % 2
+    native = raw.view(WIRE_DTYPES[name]).reshape(3, -1)
+    source = native.astype(native.dtype.newbyteorder(order))
+    envelope = encode_array(source)
+    assert envelope["dtype"] == name
+    back = decode_array(orjson.dumps(envelope))
+    assert back.dtype == WIRE_DTYPES[name].newbyteorder("=")
+    assert back.tobytes() == source.astype(back.dtype).tobytes()
+
+
+def test_float_specials_are_preserved() -> None:
+    bits = np.array([0x80000000, 0x7FC00001, 0xFFC00000, 0x7F800000, 0xFF800000, 1], dtype=np.uint32)
+    values = bits.view(np.float32)
+    back = decode_array(encode_array(values))
+    assert back.view(np.uint32).tolist() == bits.tolist()
+
+
+def test_caller_restricts_dtypes() -> None:
+    ids = np.array([[5, -1, -1]], dtype=np.int32)
+    assert decode_array(encode_array(ids, dtypes=("int32",)), dtypes=("int32",), ndim=2).tolist() == [[5, -1, -1]]
+    with pytest.raises(EncodeError, match=r"array.dtype must be one of \['int32'\], got int64"):
+        encode_array(ids.astype(np.int64), dtypes=("int32",))
+    with pytest.raises(DecodeError, match="dtype must be one of"):
+        decode_array(encode_array(ids), dtypes=["float32"])
+    with pytest.raises(DecodeError, match="shape must be an array of 3"):
+        decode_array(encode_array(ids), ndim=3)
+
+
+def test_single_string_dtypes_means_that_dtype() -> None:
+    assert decode_array(encode_array(np.zeros(2, np.float32), dtypes="float32"), dtypes="float32").shape == (2,)
+
+
+@pytest.mark.parametrize("dtypes", [(), ("float128",), ("<i4",)])
+def test_bad_dtypes_argument(dtypes: Any) -> None:
+    with pytest.raises(R3WireError, match="dtypes must be a non-empty subset"):
+        encode_array(np.zeros(2, np.float32), dtypes=dtypes)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        np.zeros(2, np.complex64),
+        np.array(["a"]),
+        np.zeros(2, dtype="M8[s]"),
+        np.zeros(2, dtype=[("a", "i4")]),
+        np.array([object()]),
+    ],
+)
+def test_unrepresentable_dtypes(value: Any) -> None:
+    with pytest.raises(EncodeError, match=r"array.dtype must be one of"):
+        encode_array(value)
+
+
+def test_zero_dim_and_empty() -> None:
+    assert decode_array(encode_array(np.array(3.5))).tolist() == 3.5
+    empty = decode_array(encode_array(np.zeros((0, 4), np.int64)))
+    assert empty.shape == (0, 4)
+    assert empty.dtype == np.int64
+
+
+def test_bool_bytes_other_than_zero_and_one_rejected() -> None:
+    envelope = encode_array(np.array([1, 2], dtype=np.uint8)) | {"dtype": "bool"}
+    with pytest.raises(DecodeError) as info:
+        decode_array(envelope)
+    assert info.value.field == "data[1]"
+
+
+def test_routes_schema_is_not_an_array() -> None:
+    from r3wire import encode_routes
+
+    with pytest.raises(DecodeError) as info:
+        decode_array(encode_routes(np.zeros((1, 1, 1), np.int32)))
+    assert info.value.field == "schema"

@@ -1,0 +1,85 @@
+"""Golden vectors (tests/vectors): every valid vector decodes to its values and re-encodes to itself; every
+must-reject vector raises DecodeError naming the documented field."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from r3wire import (
+    WIRE_DTYPES,
+    DecodeError,
+    UnsupportedVersionError,
+    decode_array,
+    decode_routes,
+    encode_array,
+    encode_routes,
+)
+
+VECTORS = Path(__file__).parent / "vectors"
+
+
+def _load(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((VECTORS / name).read_text(encoding="utf-8"))
+    return doc
+
+
+ROUTES = _load("routes-v1.json")
+ARRAYS = _load("arrays-v1.json")
+
+
+@pytest.mark.parametrize("case", ROUTES["valid"], ids=lambda c: c["name"])
+def test_routes_valid(case: dict[str, Any]) -> None:
+    envelope = case["envelope"]
+    decoded = decode_routes(envelope, num_experts=case.get("num_experts"))
+    assert decoded.dtype == np.dtype(envelope["dtype"])
+    assert list(decoded.shape) == envelope["shape"]
+    assert decoded.tolist() == (case["values"] or np.zeros(envelope["shape"]).tolist())
+    if not case.get("legacy"):
+        values = np.array(case["values"], dtype=np.int64).reshape(envelope["shape"])
+        assert encode_routes(values, num_experts=case.get("num_experts")) == envelope
+
+
+@pytest.mark.parametrize("case", ROUTES["reject"], ids=lambda c: c["name"])
+def test_routes_reject(case: dict[str, Any]) -> None:
+    payload = case.get("text", case.get("envelope"))
+    with pytest.raises(DecodeError) as info:
+        decode_routes(payload, num_experts=case.get("num_experts"))
+    assert info.value.field == case["field"]
+    if "UnsupportedVersionError" in case.get("note", ""):
+        assert isinstance(info.value, UnsupportedVersionError)
+
+
+@pytest.mark.parametrize("case", ARRAYS["valid"], ids=lambda c: c["name"])
+def test_arrays_valid(case: dict[str, Any]) -> None:
+    envelope = case["envelope"]
+    raw = bytes.fromhex(case["bytes_hex"])
+    assert base64.b64decode(envelope["data"]) == raw
+    decoded = decode_array(envelope)
+    assert list(decoded.shape) == envelope["shape"]
+    wire = WIRE_DTYPES[envelope["dtype"]]
+    assert decoded.astype(wire).tobytes() == raw
+    source = np.frombuffer(raw, dtype=wire).reshape(envelope["shape"])
+    assert encode_array(source) == envelope
+
+
+@pytest.mark.parametrize("case", ARRAYS["reject"], ids=lambda c: c["name"])
+def test_arrays_reject(case: dict[str, Any]) -> None:
+    with pytest.raises(DecodeError) as info:
+        decode_array(case["envelope"])
+    assert info.value.field == case["field"]
+    if "UnsupportedVersionError" in case.get("note", ""):
+        assert isinstance(info.value, UnsupportedVersionError)
+
+
+def test_vector_files_are_listed() -> None:
+    # A vector file that no test reads would be a published contract nobody checks.
+    assert sorted(p.name for p in VECTORS.glob("*.json")) == sorted(KNOWN_VECTOR_FILES)
+
+
+KNOWN_VECTOR_FILES = ["arrays-v1.json", "routes-v1.json"]
