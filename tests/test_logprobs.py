@@ -1,4 +1,5 @@
-"""Sampled logprobs: clamp_logprobs (every case of issue 3), its request-scoped warning."""
+"""Sampled logprobs: clamp_logprobs and its request-scoped warning, the r3wire.logprobs envelope, the seed's
+``{"content": [{"logprob": x}, ...]}`` shape."""
 
 from __future__ import annotations
 
@@ -10,7 +11,21 @@ import numpy as np
 import orjson
 import pytest
 
-from r3wire import ClampResult, EncodeError, R3WireError, clamp_logprobs
+from r3wire import (
+    LOGPROB_FLOOR,
+    LOGPROBS_SCHEMA,
+    ClampResult,
+    DecodeError,
+    EncodeError,
+    R3WireError,
+    build_logprobs_content,
+    clamp_logprobs,
+    decode_array,
+    decode_logprobs,
+    encode_array,
+    encode_logprobs,
+    read_logprobs_content,
+)
 
 FLOAT_DTYPES = ["<f2", "<f4", "<f8", ">f4", ">f8"]
 
@@ -365,3 +380,231 @@ def test_request_id_must_be_a_string(request_id: Any) -> None:
     with pytest.raises(R3WireError) as info:
         clamp_logprobs([-1.0], request_id=request_id)
     assert info.value.field == "request_id"
+
+
+# --- encode_logprobs / decode_logprobs --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["<f4", ">f4", "<f8", ">f8"])
+def test_envelope_round_trip_keeps_dtype_and_bits(dtype: str) -> None:
+    rng = np.random.default_rng(7)
+    source = (-rng.exponential(2.0, size=(5, 3))).astype(dtype)
+    source[0, 0] = -0.0
+    envelope = encode_logprobs(source)
+    assert envelope["schema"] == LOGPROBS_SCHEMA.name
+    assert envelope["version"] == LOGPROBS_SCHEMA.version
+    assert envelope["dtype"] == ("float32" if dtype.endswith("4") else "float64")
+    back = decode_logprobs(orjson.dumps(envelope))
+    assert back.dtype == np.dtype(dtype).newbyteorder("=")
+    assert back.tobytes() == source.astype(back.dtype).tobytes()
+    assert back.flags.writeable
+    assert back.flags.c_contiguous
+
+
+def test_sequence_is_sent_as_float64() -> None:
+    envelope = encode_logprobs([-0.1, -2, np.float32(-0.5)])
+    assert envelope["dtype"] == "float64"
+    assert decode_logprobs(envelope).tolist() == [-0.1, -2.0, -0.5]
+
+
+@pytest.mark.parametrize(
+    ("source", "field", "got"),
+    [
+        ([-1.0, None], "logprobs[1]", "None (missing)"),
+        ([-1.0, -2.0, float("-inf")], "logprobs[2]", "-inf"),
+        (np.array([[-1.0, np.inf]], dtype=np.float32), "logprobs[0, 1]", "inf"),
+        (_f32_from_bits(0xBF800000, 0x7FC00001), "logprobs[1]", "nan (bits 0x7fc00001)"),
+        (
+            np.frombuffer(struct.pack("<Q", 0xFFF8000000000000), dtype="<f8"),
+            "logprobs[0]",
+            "nan (bits 0xfff8000000000000)",
+        ),
+    ],
+)
+def test_encode_refuses_non_finite_without_clamp(source: Any, field: str, got: str) -> None:
+    with pytest.raises(EncodeError) as info:
+        encode_logprobs(source)
+    assert info.value.field == field
+    assert info.value.got == got
+    assert "clamp=True" in str(info.value)
+
+
+def test_encode_with_clamp_replaces_and_warns(caplog: pytest.LogCaptureFixture) -> None:
+    source = np.array([np.nan, -1.0, -np.inf], dtype=np.float32)
+    with caplog.at_level(logging.WARNING, logger="r3wire"):
+        envelope = encode_logprobs(source, clamp=True, request_id="r-7")
+    assert decode_logprobs(envelope).tolist() == [-9999.0, -1.0, -9999.0]
+    assert np.isnan(source[0])  # the caller's array is untouched
+    (record,) = caplog.records
+    assert "clamped 2/3" in record.getMessage()
+    assert "'r-7'" in record.getMessage()
+
+
+def test_encode_with_clamp_warns_even_without_request_id(caplog: pytest.LogCaptureFixture) -> None:
+    # encode_logprobs has no count to return, so a clamp is always reported.
+    with caplog.at_level(logging.WARNING, logger="r3wire"):
+        encode_logprobs([None, -1.0], clamp=True, floor=-50.0)
+    (record,) = caplog.records
+    assert record.getMessage() == (
+        "clamped 1/2 sampled logprobs (non-finite or missing) to -50.0 for a request without an id"
+    )
+    assert record.__dict__["r3wire_request_id"] is None
+
+
+def test_encode_with_clamp_and_nothing_to_clamp_is_silent(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="r3wire"):
+        envelope = encode_logprobs(np.array([-1.0], dtype=np.float32), clamp=True, request_id="r")
+    assert caplog.records == []
+    assert decode_logprobs(envelope).tolist() == [-1.0]
+
+
+@pytest.mark.parametrize(
+    ("source", "field"),
+    [
+        (np.zeros(2, dtype=np.float16), "logprobs.dtype"),
+        (np.zeros(2, dtype=np.int32), "logprobs.dtype"),
+        (np.zeros(2, dtype=np.complex64), "logprobs.dtype"),
+        (["x"], "logprobs[0]"),
+        ([True], "logprobs[0]"),
+        ("abc", "logprobs"),
+    ],
+)
+def test_encode_refuses_non_logprob_input(source: Any, field: str) -> None:
+    with pytest.raises(EncodeError) as info:
+        encode_logprobs(source)
+    assert info.value.field == field
+
+
+def test_encode_checks_floor_even_without_clamp() -> None:
+    with pytest.raises(R3WireError, match="floor"):
+        encode_logprobs([-1.0], floor=float("nan"))
+    with pytest.raises(R3WireError, match="clamp must be a bool"):
+        encode_logprobs([-1.0], clamp=1)  # type: ignore[arg-type]
+
+
+def test_decode_refuses_non_finite_on_the_wire() -> None:
+    # A producer that bypassed the encoder: the generic array envelope relabelled as logprobs.
+    envelope = encode_array(np.array([-1.0, np.nan, -2.0], dtype=np.float32))
+    envelope["schema"] = LOGPROBS_SCHEMA.name
+    with pytest.raises(DecodeError) as info:
+        decode_logprobs(envelope)
+    assert info.value.field == "data[1]"
+    assert info.value.got == "nan (bits 0x7fc00000)"
+    assert "finite" in str(info.value)
+
+
+def test_decode_limits_and_options() -> None:
+    envelope = encode_logprobs(np.zeros((4, 2), dtype=np.float32))
+    assert decode_logprobs(envelope, ndim=2, max_elements=8).shape == (4, 2)
+    with pytest.raises(DecodeError) as info:
+        decode_logprobs(envelope, ndim=1)
+    assert info.value.field == "shape"
+    with pytest.raises(DecodeError, match="max_elements=7"):
+        decode_logprobs(envelope, max_elements=7)
+    with pytest.raises(R3WireError) as option:
+        decode_logprobs(envelope, ndim=-1)
+    assert option.value.field == "ndim"
+    assert not isinstance(option.value, DecodeError)
+
+
+def test_logprobs_and_array_schemas_do_not_mix() -> None:
+    logprobs = encode_logprobs([-1.0])
+    with pytest.raises(DecodeError) as info:
+        decode_array(logprobs)
+    assert info.value.field == "schema"
+    with pytest.raises(DecodeError) as back:
+        decode_logprobs(encode_array(np.array([-1.0])))
+    assert back.value.field == "schema"
+
+
+# --- the seed's {"content": [{"logprob": x}, ...]} shape --------------------------------------------------
+
+
+def test_build_content_from_clamp_result() -> None:
+    clamped = clamp_logprobs(np.array([np.nan, -0.1, -2.5], dtype=np.float32))
+    content = build_logprobs_content(clamped)
+    assert content == {"content": [{"logprob": -9999.0}, {"logprob": float(np.float32(-0.1))}, {"logprob": -2.5}]}
+    text = orjson.dumps(content)
+    assert b"null" not in text
+    # float32 values survive the decimal text exactly
+    back = np.array([e["logprob"] for e in orjson.loads(text)["content"]], dtype=np.float32)
+    assert back.tobytes() == clamped.values.tobytes()
+
+
+def test_build_content_refuses_unclamped_values() -> None:
+    with pytest.raises(EncodeError) as info:
+        build_logprobs_content([-1.0, None])
+    assert info.value.field == "logprobs[1]"
+    assert info.value.got == "None (missing)"
+    with pytest.raises(EncodeError) as nan:
+        build_logprobs_content(np.array([np.nan]))
+    assert nan.value.field == "logprobs[0]"
+    with pytest.raises(EncodeError, match="1-d"):
+        build_logprobs_content(np.zeros((2, 2)))
+
+
+def test_build_content_empty() -> None:
+    assert build_logprobs_content([]) == {"content": []}
+
+
+def test_read_content_clamps_every_kind_of_missing(caplog: pytest.LogCaptureFixture) -> None:
+    text = (
+        b'{"content": [{"logprob": -1}, null, {}, {"logprob": null}, {"token": "a", "logprob": -0.25, '
+        b'"bytes": [97], "top_logprobs": []}, {"top_logprobs": []}], "refusal": null}'
+    )
+    with caplog.at_level(logging.WARNING, logger="r3wire"):
+        result = read_logprobs_content(text, request_id="req-9")
+    assert result.values.dtype == np.float64
+    assert result.values.tolist() == [-1.0, -9999.0, -9999.0, -9999.0, -0.25, -9999.0]
+    assert result.num_clamped == 4
+    (record,) = caplog.records
+    assert "clamped 4/6" in record.getMessage()
+
+
+def test_read_content_in_process_non_finite_and_numpy_scalars() -> None:
+    content = {"content": [{"logprob": float("nan")}, {"logprob": np.float32(-0.5)}, {"logprob": -np.inf}]}
+    result = read_logprobs_content(content, floor=-30.0)
+    assert result.num_clamped == 2
+    assert result.values.tolist() == [-30.0, -0.5, -30.0]
+
+
+def test_build_then_read_round_trip() -> None:
+    source = [-0.1, None, -3.5, float("nan")]
+    clamped = clamp_logprobs(source)
+    back = read_logprobs_content(orjson.dumps(build_logprobs_content(clamped)))
+    assert back.num_clamped == 0  # the floor is an ordinary finite value once on the wire
+    assert back.values.tobytes() == clamped.values.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        (b"[]", None),
+        (b'{"logprobs": []}', "content"),
+        (b'{"content": null}', "content"),
+        (b'{"content": {"logprob": -1}}', "content"),
+        (b'{"content": [-1.0]}', "content[0]"),
+        (b'{"content": [{"logprob": -1}, {"logprob": "-1"}]}', "content[1].logprob"),
+        (b'{"content": [{"logprob": true}]}', "content[0].logprob"),
+        (b'{"content": [{"logprob": [-1]}]}', "content[0].logprob"),
+        (b'{"content": [{"logprob": 9007199254740993}]}', "content[0].logprob"),
+        ('{"content": [{"logprob": 1' + "0" * 400 + "}]}", None),  # orjson refuses it: invalid JSON
+        ({"content": [{"logprob": -(10**400)}]}, "content[0].logprob"),
+        (b'{"content": [', None),
+        (42, None),
+    ],
+)
+def test_read_content_refuses_malformed(payload: Any, field: str | None) -> None:
+    with pytest.raises(DecodeError) as info:
+        read_logprobs_content(payload)
+    assert info.value.field == field
+
+
+def test_read_content_checks_floor() -> None:
+    with pytest.raises(R3WireError) as info:
+        read_logprobs_content({"content": []}, floor=float("inf"))
+    assert info.value.field == "floor"
+
+
+def test_default_floor_is_vllms() -> None:
+    assert LOGPROB_FLOOR == -9999.0
