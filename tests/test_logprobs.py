@@ -608,3 +608,14 @@ def test_read_content_checks_floor() -> None:
 
 def test_default_floor_is_vllms() -> None:
     assert LOGPROB_FLOOR == -9999.0
+
+
+def test_torch_tensor_is_clamped_into_a_new_array() -> None:
+    torch = pytest.importorskip("torch")
+    tensor = torch.tensor([float("nan"), -1.0, float("-inf")], dtype=torch.float32)
+    result = clamp_logprobs(tensor, request_id=None)
+    assert result.values.dtype == np.float32
+    assert result.values.tolist() == [-9999.0, -1.0, -9999.0]
+    assert result.num_clamped == 2
+    assert bool(torch.isnan(tensor[0]))  # the tensor's storage is untouched
+    assert decode_logprobs(encode_logprobs(tensor, clamp=True)).tolist() == [-9999.0, -1.0, -9999.0]

@@ -57,7 +57,7 @@ class ClampResult(NamedTuple):
     num_clamped: int
 
 
-def check_floor(floor: object, dtype: np.dtype[Any] | None = None) -> float:
+def _check_floor(floor: object, dtype: np.dtype[Any] | None = None) -> float:
     """Return ``floor`` as a ``float`` if it is finite and, when ``dtype`` is given, exactly representable in it.
 
     Raises:
@@ -120,7 +120,7 @@ def _sequence_to_array(values: Sequence[object], field: str) -> np.ndarray[Any, 
     return np.array(values, dtype=np.float64)
 
 
-def as_float_array(values: object, field: str = "values") -> tuple[np.ndarray[Any, Any], bool]:
+def _as_float_array(values: object, field: str = "values") -> tuple[np.ndarray[Any, Any], bool]:
     """``values`` as a float16/32/64 NumPy array: arrays and tensors as they are, sequences as float64.
 
     Missing entries (None) of a sequence become NaN. Returns the array and whether it is a new one (``False``
@@ -144,7 +144,7 @@ def as_float_array(values: object, field: str = "values") -> tuple[np.ndarray[An
     )
 
 
-def check_request_id(request_id: object) -> str | None:
+def _check_request_id(request_id: object) -> str | None:
     """Return ``request_id`` if it is ``None`` or a string.
 
     Raises:
@@ -155,7 +155,7 @@ def check_request_id(request_id: object) -> str | None:
     return request_id
 
 
-def warn_clamped(num_clamped: int, total: int, floor: float, request_id: str | None) -> None:
+def _warn_clamped(num_clamped: int, total: int, floor: float, request_id: str | None) -> None:
     """Log the one warning a clamp produces: the request, the count and the total."""
     where = f"request {describe(request_id)}" if request_id is not None else "a request without an id"
     logger.warning(
@@ -192,12 +192,12 @@ def clamp_logprobs(values: Any, *, floor: float = LOGPROB_FLOOR, request_id: str
         R3WireError: ``floor`` is not finite or not exactly representable in the output dtype, or
             ``request_id`` is not a string.
     """
-    request_id = check_request_id(request_id)
-    array, fresh = as_float_array(values)
-    floor = check_floor(floor, array.dtype)
+    request_id = _check_request_id(request_id)
+    array, fresh = _as_float_array(values)
+    floor = _check_floor(floor, array.dtype)
     result = _clamp(array, fresh=fresh, floor=floor)
     if result.num_clamped and request_id is not None:
-        warn_clamped(result.num_clamped, array.size, floor, request_id)
+        _warn_clamped(result.num_clamped, array.size, floor, request_id)
     return result
 
 
@@ -264,20 +264,20 @@ def encode_logprobs(
             not finite; the message names the first offending position.
         R3WireError: ``floor`` or ``request_id`` is invalid.
     """
-    request_id = check_request_id(request_id)
+    request_id = _check_request_id(request_id)
     if not isinstance(clamp, bool):
         raise R3WireError.make("clamp", "a bool", clamp)
-    array, fresh = as_float_array(values, field="logprobs")
+    array, fresh = _as_float_array(values, field="logprobs")
     if array.dtype.itemsize == 2:
         raise EncodeError.make(
             "logprobs.dtype", "float32 or float64 (float16.astype(np.float32) is exact)", "float16", raw=True
         )
     name = wire_dtype_name(array.dtype, field="logprobs", allowed=LOGPROB_DTYPES)
-    floor = check_floor(floor, array.dtype)
+    floor = _check_floor(floor, array.dtype)
     if clamp:
         array, num_clamped = _clamp(array, fresh=fresh, floor=floor)
         if num_clamped:
-            warn_clamped(num_clamped, array.size, floor, request_id)
+            _warn_clamped(num_clamped, array.size, floor, request_id)
     else:
         bad = _first_non_finite(array)
         if bad is not None:
@@ -358,7 +358,7 @@ def build_logprobs_content(values: Any) -> dict[str, list[dict[str, float]]]:
     """
     if isinstance(values, ClampResult):
         values = values.values
-    array, _ = as_float_array(values, field="logprobs")
+    array, _ = _as_float_array(values, field="logprobs")
     if array.ndim != 1:
         raise EncodeError.make(
             "logprobs", "a 1-d array (one logprob per token)", f"shape {list(array.shape)}", raw=True
@@ -397,8 +397,8 @@ def read_logprobs_content(
         DecodeError: the payload is not such an object, or a logprob is neither a number nor ``null``.
         R3WireError: ``floor`` or ``request_id`` is invalid.
     """
-    request_id = check_request_id(request_id)
-    floor = check_floor(floor, np.dtype(np.float64))
+    request_id = _check_request_id(request_id)
+    floor = _check_floor(floor, np.dtype(np.float64))
     obj = load_object(payload, what='a logprobs object {"content": [{"logprob": ...}, ...]}')
     if KEY_CONTENT not in obj:
         raise DecodeError.make(KEY_CONTENT, 'present (an array of {"logprob": ...} entries)', "no such key", raw=True)
@@ -429,5 +429,5 @@ def read_logprobs_content(
             raise DecodeError.make(f"{KEY_CONTENT}[{i}].{KEY_LOGPROB}", "a number or null", value)
     result = _clamp(np.array(numbers, dtype=np.float64), fresh=True, floor=floor)
     if result.num_clamped and request_id is not None:
-        warn_clamped(result.num_clamped, len(numbers), floor, request_id)
+        _warn_clamped(result.num_clamped, len(numbers), floor, request_id)
     return result
