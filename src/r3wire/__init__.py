@@ -3,6 +3,8 @@
 The public API, by concern:
 
 - routes: :func:`encode_routes`, :func:`decode_routes`, :func:`route_dtype`
+- trainer-side batching: :func:`pad_routes`, :func:`pack_routes`, :func:`unpack_routes`, :func:`validate_routes`,
+  :class:`RouteTrace`
 - any per-token side channel: :func:`encode_array`, :func:`decode_array`
 - the wire contract: :class:`Schema`, :data:`ROUTES_SCHEMA`, :data:`ARRAY_SCHEMA`, :data:`WIRE_DTYPES`
 - errors: :class:`R3WireError`, :class:`EncodeError`, :class:`DecodeError`, :class:`UnsupportedVersionError`
@@ -12,6 +14,7 @@ Adapters live in submodules that import their framework only when used: ``r3wire
 
 from r3wire._version import __version__
 from r3wire.arrays import decode_array, encode_array
+from r3wire.batching import RouteTrace, pack_routes, pad_routes, unpack_routes, validate_routes
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.routes import decode_routes, encode_routes, route_dtype
 from r3wire.schema import ARRAY_SCHEMA, ROUTE_DTYPES, ROUTES_SCHEMA, WIRE_DTYPES, Schema
@@ -24,6 +27,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "R3WireError",
+    "RouteTrace",
     "Schema",
     "UnsupportedVersionError",
     "__version__",
@@ -31,5 +35,9 @@ __all__ = [
     "decode_routes",
     "encode_array",
     "encode_routes",
+    "pack_routes",
+    "pad_routes",
     "route_dtype",
+    "unpack_routes",
+    "validate_routes",
 ]
