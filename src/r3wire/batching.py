@@ -469,7 +469,7 @@ class RouteTrace:
                 capacity = max(end, 2 * buf.shape[0]) if end > buf.shape[0] else buf.shape[0]
             grown = np.empty((capacity, *arr.shape[1:]), dtype=dtype)
             if buf is not None:
-                np.copyto(grown[: self._rows], buf[: self._rows], casting="safe")
+                np.copyto(grown[: self._rows], buf[: self._rows], casting="unsafe")  # recorded ids are non-negative
             self._buf = buf = grown
         if end > self._rows:
             np.copyto(buf[self._rows : end], arr[overlap:], casting="unsafe")  # lossless: range-checked
