@@ -16,8 +16,10 @@ from r3wire import (
     DecodeError,
     UnsupportedVersionError,
     decode_array,
+    decode_logprobs,
     decode_routes,
     encode_array,
+    encode_logprobs,
     encode_routes,
 )
 
@@ -31,6 +33,7 @@ def _load(name: str) -> dict[str, Any]:
 
 ROUTES = _load("routes-v1.json")
 ARRAYS = _load("arrays-v1.json")
+LOGPROBS = _load("logprobs-v1.json")
 
 
 @pytest.mark.parametrize("case", ROUTES["valid"], ids=lambda c: c["name"])
@@ -77,9 +80,33 @@ def test_arrays_reject(case: dict[str, Any]) -> None:
         assert isinstance(info.value, UnsupportedVersionError)
 
 
+@pytest.mark.parametrize("case", LOGPROBS["valid"], ids=lambda c: c["name"])
+def test_logprobs_valid(case: dict[str, Any]) -> None:
+    envelope = case["envelope"]
+    raw = bytes.fromhex(case["bytes_hex"])
+    assert base64.b64decode(envelope["data"]) == raw
+    decoded = decode_logprobs(envelope)
+    wire = WIRE_DTYPES[envelope["dtype"]]
+    assert decoded.dtype == wire
+    assert list(decoded.shape) == envelope["shape"]
+    assert decoded.astype(wire).tobytes() == raw
+    assert decoded.tolist() == case["values"]
+    source = np.frombuffer(raw, dtype=wire).reshape(envelope["shape"])
+    assert encode_logprobs(source) == envelope
+
+
+@pytest.mark.parametrize("case", LOGPROBS["reject"], ids=lambda c: c["name"])
+def test_logprobs_reject(case: dict[str, Any]) -> None:
+    payload = case.get("text", case.get("envelope"))
+    with pytest.raises(DecodeError) as info:
+        decode_logprobs(payload)
+    assert info.value.field == case["field"]
+    assert isinstance(info.value, UnsupportedVersionError) == ("UnsupportedVersionError" in case.get("note", ""))
+
+
 def test_vector_files_are_listed() -> None:
     # A vector file that no test reads would be a published contract nobody checks.
     assert sorted(p.name for p in VECTORS.glob("*.json")) == sorted(KNOWN_VECTOR_FILES)
 
 
-KNOWN_VECTOR_FILES = ["arrays-v1.json", "routes-v1.json"]
+KNOWN_VECTOR_FILES = ["arrays-v1.json", "logprobs-v1.json", "routes-v1.json"]

@@ -6,7 +6,10 @@ The public API, by concern:
 - trainer-side batching: :func:`pad_routes`, :func:`pack_routes`, :func:`unpack_routes`, :func:`validate_routes`,
   :class:`RouteTrace`
 - any per-token side channel: :func:`encode_array`, :func:`decode_array`
-- the wire contract: :class:`Schema`, :data:`ROUTES_SCHEMA`, :data:`ARRAY_SCHEMA`, :data:`WIRE_DTYPES`
+- sampled logprobs: :func:`clamp_logprobs` (:class:`ClampResult`), :func:`encode_logprobs`, :func:`decode_logprobs`,
+  and the seed's JSON shape: :func:`build_logprobs_content`, :func:`read_logprobs_content`
+- the wire contract: :class:`Schema`, :data:`ROUTES_SCHEMA`, :data:`ARRAY_SCHEMA`, :data:`LOGPROBS_SCHEMA`,
+  :data:`WIRE_DTYPES`
 - errors: :class:`R3WireError`, :class:`EncodeError`, :class:`DecodeError`, :class:`UnsupportedVersionError`
 
 Adapters live in submodules that import their framework only when used: ``r3wire.torch``.
@@ -16,14 +19,35 @@ from r3wire._version import __version__
 from r3wire.arrays import decode_array, encode_array
 from r3wire.batching import RouteTrace, pack_routes, pad_routes, unpack_routes, validate_routes
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
+from r3wire.logprobs import (
+    LOGPROB_FLOOR,
+    ClampResult,
+    build_logprobs_content,
+    clamp_logprobs,
+    decode_logprobs,
+    encode_logprobs,
+    read_logprobs_content,
+)
 from r3wire.routes import decode_routes, encode_routes, route_dtype
-from r3wire.schema import ARRAY_SCHEMA, ROUTE_DTYPES, ROUTES_SCHEMA, WIRE_DTYPES, Schema
+from r3wire.schema import (
+    ARRAY_SCHEMA,
+    LOGPROB_DTYPES,
+    LOGPROBS_SCHEMA,
+    ROUTE_DTYPES,
+    ROUTES_SCHEMA,
+    WIRE_DTYPES,
+    Schema,
+)
 
 __all__ = [
     "ARRAY_SCHEMA",
+    "LOGPROBS_SCHEMA",
+    "LOGPROB_DTYPES",
+    "LOGPROB_FLOOR",
     "ROUTES_SCHEMA",
     "ROUTE_DTYPES",
     "WIRE_DTYPES",
+    "ClampResult",
     "DecodeError",
     "EncodeError",
     "R3WireError",
@@ -31,12 +55,17 @@ __all__ = [
     "Schema",
     "UnsupportedVersionError",
     "__version__",
+    "build_logprobs_content",
+    "clamp_logprobs",
     "decode_array",
+    "decode_logprobs",
     "decode_routes",
     "encode_array",
+    "encode_logprobs",
     "encode_routes",
     "pack_routes",
     "pad_routes",
+    "read_logprobs_content",
     "route_dtype",
     "unpack_routes",
     "validate_routes",

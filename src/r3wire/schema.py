@@ -16,6 +16,8 @@ from r3wire.errors import DecodeError, UnsupportedVersionError
 
 __all__ = [
     "ARRAY_SCHEMA",
+    "LOGPROBS_SCHEMA",
+    "LOGPROB_DTYPES",
     "ROUTES_SCHEMA",
     "ROUTE_DTYPES",
     "WIRE_DTYPES",
@@ -52,6 +54,10 @@ WIRE_DTYPES: Final[Mapping[str, np.dtype[Any]]] = {
 
 # Routes use only these. int16 rather than uint16 because torch supports uint16 poorly (FACTS §2, seed PR).
 ROUTE_DTYPES: Final[tuple[str, ...]] = ("uint8", "int16", "int32")
+
+# Logprobs travel in the dtype they were given in, never converted. Engines compute them in float32; float16 is
+# left out because it cannot even hold the standard floor -9999.0 (it rounds to -10000.0).
+LOGPROB_DTYPES: Final[tuple[str, ...]] = ("float32", "float64")
 
 # Largest num_experts each route dtype can hold: ids are 0 .. num_experts - 1.
 _ROUTE_DTYPE_LIMITS: Final[tuple[tuple[int, str], ...]] = (
@@ -140,7 +146,11 @@ ROUTES_SCHEMA: Final = Schema(name="r3wire.routes", version=1)
 ARRAY_SCHEMA: Final = Schema(name="r3wire.array", version=1)
 """Any per-token side channel: an n-dimensional array of one of :data:`WIRE_DTYPES`."""
 
+LOGPROBS_SCHEMA: Final = Schema(name="r3wire.logprobs", version=1)
+"""Per-token logprobs: float32 or float64 of any shape, every value finite."""
+
 SUPPORTED_VERSIONS: Final[Mapping[str, tuple[int, ...]]] = {
     ROUTES_SCHEMA.name: (1,),
     ARRAY_SCHEMA.name: (1,),
+    LOGPROBS_SCHEMA.name: (1,),
 }
