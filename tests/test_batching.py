@@ -630,3 +630,33 @@ def test_torch_tensor_samples() -> None:
     trace = RouteTrace()
     trace.add(samples[0], start=0)
     assert np.array_equal(trace.finalize(3)[0], samples[0].numpy())
+
+
+def test_padded_mask_and_flat_become_tensors_without_a_copy() -> None:
+    torch = pytest.importorskip("torch")
+    from r3wire.torch import routes_to_tensor, to_tensor
+
+    samples = [_routes(3), _routes(1, seed=4)]
+    padded, mask = pad_routes(samples, num_experts=16, token_lengths=[4, 2])
+    padded_t, mask_t = to_tensor(padded), to_tensor(mask)
+    assert padded_t.dtype == torch.uint8
+    assert mask_t.dtype == torch.bool
+    assert tuple(padded_t.shape) == padded.shape
+    assert padded_t.data_ptr() == padded.ctypes.data
+    assert mask_t.data_ptr() == mask.ctypes.data
+    flat, cu_seqlens = pack_routes(samples, num_experts=16)
+    flat_t, cu_t = routes_to_tensor(flat), to_tensor(cu_seqlens)
+    assert flat_t.data_ptr() == flat.ctypes.data
+    assert cu_t.dtype == torch.int64
+    assert cu_t.tolist() == [0, 3, 4]
+    flat_t[0, 0, 0] = 9  # one memory: a write through the tensor shows in the array
+    assert flat[0, 0, 0] == 9
+
+
+def test_out_may_be_a_tensor_buffer_viewed_as_numpy() -> None:
+    torch = pytest.importorskip("torch")
+    samples = [_routes(3), _routes(1, seed=4)]
+    buffer = torch.full((2, 3, 3, 2), 99, dtype=torch.uint8)  # e.g. a pinned buffer reused every step
+    pad_routes(samples, num_experts=16, out=buffer.numpy())
+    expected, _ = pad_routes(samples, num_experts=16)
+    assert np.array_equal(buffer.numpy(), expected)
