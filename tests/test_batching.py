@@ -198,9 +198,11 @@ def test_negative_ids_are_refused(num_experts: int | None) -> None:
     # NeMo-RL's -1 "missing route" has no meaning here: the mask is the only way to say "do not replay".
     sample = _routes(3, dtype=np.int8)
     sample[1, 2, 1] = -1
+    sample[2, 0, 0] = -5
     with pytest.raises(R3WireError) as info:
         pad_routes([_routes(1), sample], num_experts=num_experts)
     assert info.value.field == "samples[1][row 1, layer 2, slot 1]"
+    assert info.value.got == "-1"
     assert "non-negative" in str(info.value)
     with pytest.raises(R3WireError):
         pack_routes([sample], num_experts=num_experts)
@@ -248,7 +250,7 @@ def test_top_k_must_be_at_least_one() -> None:
     assert info.value.field == "samples[0].shape[2]"
 
 
-@pytest.mark.parametrize("samples", ["abc", b"abc", 3, None, {"a": 1}])
+@pytest.mark.parametrize("samples", ["abc", b"abc", 3, None, {"a": 1}, np.int32(3), np.array(3), iter([])])
 def test_samples_must_be_a_sequence(samples: Any) -> None:
     with pytest.raises(R3WireError) as info:
         pad_routes(samples)
@@ -273,6 +275,15 @@ def test_samples_of_any_layout_are_copied_exactly() -> None:
         rows = view.shape[0]
         assert np.array_equal(padded[i, 6 - rows :], view)
         assert mask[i].tolist() == [True] * (6 - rows) + [False] * rows
+
+
+def test_a_4d_array_is_a_batch_of_samples() -> None:
+    stacked = np.stack([_routes(3, seed=1), _routes(3, seed=2)])
+    padded, mask = pad_routes(stacked, num_experts=16)
+    assert np.array_equal(padded, stacked)
+    assert not mask.any()
+    flat, _ = pack_routes(stacked)
+    assert np.array_equal(flat, stacked.reshape(6, 3, 2))
 
 
 def test_nested_lists_are_accepted() -> None:

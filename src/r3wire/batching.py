@@ -74,7 +74,11 @@ def _as_routes(value: object, field: str) -> Array:
 
 
 def _samples(samples: object, field: str = "samples") -> list[Array]:
-    if isinstance(samples, (str, bytes, bytearray, memoryview)) or not isinstance(samples, (Sequence, np.ndarray)):
+    if (
+        isinstance(samples, (str, bytes, bytearray, memoryview))
+        or not isinstance(samples, (Sequence, np.ndarray))
+        or (isinstance(samples, np.ndarray) and samples.ndim == 0)
+    ):
         raise _fail(field, "a sequence of [rows, layers, top_k] arrays", type(samples).__name__)
     arrays = [_as_routes(sample, f"{field}[{i}]") for i, sample in enumerate(samples)]
     for i, arr in enumerate(arrays[1:], start=1):
@@ -124,7 +128,7 @@ def _check_range(arr: Array, limit: int, field: str, *, expected: str) -> None:
         low = int(arr.min())
         if low < 0:
             first = [int(i) for i in np.argwhere(arr < 0)[0]]
-            raise _fail(_where(field, first), "a non-negative expert id", low)
+            raise _fail(_where(field, first), "a non-negative expert id", int(arr[tuple(first)]))
     if info.max > limit:
         high = int(arr.max())
         if high > limit:
@@ -299,8 +303,8 @@ def _padding_rows(count: int, layers: int, top_k: int, dtype: np.dtype[Any]) -> 
     """``count`` contiguous padding rows, each ``arange(top_k)`` in every layer.
 
     Broadcasting ``arange(top_k)`` into the batch directly runs NumPy's inner loop over only ``top_k`` elements
-    (measured ~10x slower than a copy); copying slices of this block is a plain memcpy. It is filled by doubling,
-    so building it costs about one copy of itself.
+    (measured several times slower than a copy); copying slices of this block is a plain memcpy. It is filled by
+    doubling, so building it costs about one copy of itself.
     """
     block = np.empty((count, layers, top_k), dtype=dtype)
     if count:
@@ -408,8 +412,8 @@ class RouteTrace:
     Example::
 
         trace = RouteTrace(num_experts=128)
-        trace.add(turn1, start=0)          # prompt + first reply
-        trace.add(turn2, start=len_turn1)  # the second call's rows begin where its prompt began
+        trace.add(turn1, start=0)            # prompt + first reply
+        trace.add(turn2, start=turn2_start)  # the engine's start_len for the second call
         routes, captured = trace.finalize(len(token_ids))
         padded, mask = pad_routes([routes], token_lengths=[len(token_ids)], num_experts=128)
     """
