@@ -185,7 +185,7 @@ def _token_lengths(token_lengths: object, rows: Sequence[int]) -> list[int]:
 
 
 def validate_routes(
-    samples: Sequence[Any],
+    samples: Sequence[Any] | Array,
     *,
     num_experts: int | None = None,
     token_lengths: Sequence[int] | Array | None = None,
@@ -217,7 +217,7 @@ def validate_routes(
 
 
 def pad_routes(
-    samples: Sequence[Any],
+    samples: Sequence[Any] | Array,
     *,
     token_lengths: Sequence[int] | Array | None = None,
     side: Literal["left", "right"] = "left",
@@ -332,7 +332,7 @@ def _output(out: object, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
 
 
 def pack_routes(
-    samples: Sequence[Any],
+    samples: Sequence[Any] | Array,
     *,
     num_experts: int | None = None,
     check: bool = False,
