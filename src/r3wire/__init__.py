@@ -3,6 +3,8 @@
 The public API, by concern:
 
 - routes: :func:`encode_routes`, :func:`decode_routes`, :func:`route_dtype`
+- trainer-side batching: :func:`pad_routes`, :func:`pack_routes`, :func:`unpack_routes`, :func:`validate_routes`,
+  :class:`RouteTrace`
 - any per-token side channel: :func:`encode_array`, :func:`decode_array`
 - sampled logprobs: :func:`clamp_logprobs` (:class:`ClampResult`), :func:`encode_logprobs`, :func:`decode_logprobs`,
   and the seed's JSON shape: :func:`build_logprobs_content`, :func:`read_logprobs_content`
@@ -15,6 +17,7 @@ Adapters live in submodules that import their framework only when used: ``r3wire
 
 from r3wire._version import __version__
 from r3wire.arrays import decode_array, encode_array
+from r3wire.batching import RouteTrace, pack_routes, pad_routes, unpack_routes, validate_routes
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.logprobs import (
     LOGPROB_FLOOR,
@@ -48,6 +51,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "R3WireError",
+    "RouteTrace",
     "Schema",
     "UnsupportedVersionError",
     "__version__",
@@ -59,6 +63,10 @@ __all__ = [
     "encode_array",
     "encode_logprobs",
     "encode_routes",
+    "pack_routes",
+    "pad_routes",
     "read_logprobs_content",
     "route_dtype",
+    "unpack_routes",
+    "validate_routes",
 ]

@@ -1,0 +1,240 @@
+"""r3wire.torch against a real (CPU) torch: tensors into the encoders, decoded arrays out as tensors."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from r3wire import EncodeError, R3WireError, decode_array, decode_routes, encode_array, encode_routes
+from r3wire.errors import DecodeError
+
+torch: Any = pytest.importorskip("torch")
+
+from r3wire.torch import (  # noqa: E402  # only importable usefully once torch is known to be present
+    TORCH_DTYPES,
+    decode_array_tensor,
+    decode_routes_tensor,
+    routes_to_tensor,
+    tensor_to_numpy,
+    to_tensor,
+)
+
+
+def _ids(shape: tuple[int, ...] = (5, 4, 2), high: int = 128, dtype: Any = torch.int64) -> Any:
+    generator = torch.Generator().manual_seed(sum(shape) + high)
+    return torch.randint(0, high, shape, generator=generator, dtype=dtype)
+
+
+# --- tensors into the encoders -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "int32", "int64"])
+def test_encode_routes_accepts_a_tensor(dtype: str) -> None:
+    ids = _ids(dtype=getattr(torch, dtype))
+    envelope = encode_routes(ids)
+    assert envelope == encode_routes(ids.numpy())
+    assert decode_routes(envelope).tolist() == ids.tolist()
+
+
+def test_contiguous_cpu_tensor_is_viewed_not_copied() -> None:
+    ids = _ids(dtype=torch.int32)
+    host = tensor_to_numpy(ids)
+    assert host.ctypes.data == ids.data_ptr()
+    ids[0, 0, 0] = 99  # the view sees writes to the tensor: it is the same memory
+    assert host[0, 0, 0] == 99
+
+
+def test_tensor_that_requires_grad_is_detached_first() -> None:
+    values = torch.linspace(-1.0, 1.0, 12, dtype=torch.float32).reshape(3, 4).requires_grad_(True)
+    with pytest.raises(RuntimeError, match="requires grad"):
+        values.numpy()  # what a naive adapter would call
+    host = tensor_to_numpy(values)
+    assert host.ctypes.data == values.data_ptr()
+    assert decode_array(encode_array(values)).tolist() == values.tolist()
+    assert values.requires_grad  # the caller's tensor is untouched
+    assert values.grad_fn is None
+
+
+def test_non_leaf_tensor_with_grad_history() -> None:
+    base = torch.ones(2, 3, 2, requires_grad=True)
+    derived = (base * 3).to(torch.int32)  # an integer result of a graph computation
+    assert decode_routes(encode_routes(derived)).tolist() == [[[3, 3]] * 3] * 2
+    grad_view = base * 2
+    assert grad_view.grad_fn is not None
+    assert tensor_to_numpy(grad_view).tolist() == (base * 2).tolist()
+
+
+def test_non_contiguous_view_is_encoded_in_logical_order() -> None:
+    full = _ids(shape=(6, 4, 8), dtype=torch.int32)
+    view = full.transpose(0, 1)[:, ::2, 1:7:2]  # non-contiguous, permuted, strided
+    assert not view.is_contiguous()
+    host = tensor_to_numpy(view)
+    assert np.shares_memory(host, full.numpy())  # still a view: the one copy is the encoder's C-order copy
+    envelope = encode_routes(view)
+    assert envelope["shape"] == list(view.shape)
+    assert decode_routes(envelope).tolist() == view.tolist()
+
+
+def test_grad_and_non_contiguous_together() -> None:
+    values = torch.arange(24, dtype=torch.float64).reshape(2, 3, 4).requires_grad_(True)
+    view = values.permute(2, 0, 1)
+    back = decode_array(encode_array(view))
+    assert back.shape == (4, 2, 3)
+    assert back.tolist() == view.tolist()
+
+
+def test_conjugate_and_negative_views_are_resolved() -> None:
+    values = torch.tensor([1.0, -2.5, 3.0])
+    negated = torch._neg_view(values)
+    assert negated.is_neg()
+    assert tensor_to_numpy(negated).tolist() == [-1.0, 2.5, -3.0]
+
+
+def test_bfloat16_is_a_clear_encode_error() -> None:
+    with pytest.raises(EncodeError, match=r"array\.dtype must be a dtype NumPy can hold, got torch\.bfloat16"):
+        encode_array(torch.zeros(3, dtype=torch.bfloat16))
+    with pytest.raises(EncodeError, match=r"routes\.dtype"):
+        encode_routes(torch.zeros(1, 1, 1, dtype=torch.bfloat16))
+
+
+def test_float_tensor_is_not_routes() -> None:
+    with pytest.raises(EncodeError, match=r"routes\.dtype must be an integer dtype, got float32"):
+        encode_routes(torch.zeros(1, 2, 2))
+
+
+def test_sparse_and_meta_tensors_are_encode_errors() -> None:
+    with pytest.raises(EncodeError, match=r"array\.layout must be torch\.strided"):
+        encode_array(torch.zeros(3).to_sparse())
+    with pytest.raises(EncodeError, match=r"routes\.device must be a device holding data"):
+        encode_routes(torch.zeros(1, 2, 2, dtype=torch.int32, device="meta"))
+
+
+def test_tensor_to_numpy_rejects_non_tensors() -> None:
+    with pytest.raises(EncodeError, match=r"tensor must be a torch\.Tensor, got list"):
+        tensor_to_numpy([1, 2])
+
+
+# --- arrays out as tensors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_experts", [8, 256, 384, 40_000])
+def test_decode_routes_tensor_round_trip_and_dtype_map(num_experts: int) -> None:
+    ids = _ids(high=num_experts)
+    envelope = orjson.dumps(encode_routes(ids, num_experts=num_experts))
+    tensor = decode_routes_tensor(envelope, num_experts=num_experts)
+    expected = {8: torch.uint8, 256: torch.uint8, 384: torch.int16, 40_000: torch.int32}[num_experts]
+    assert tensor.dtype == expected
+    assert tensor.device.type == "cpu"
+    assert torch.equal(tensor.long(), ids)
+
+
+def test_routes_to_tensor_shares_the_decoded_buffer() -> None:
+    routes = decode_routes(encode_routes(_ids(dtype=torch.int16, high=300)))
+    assert routes.flags.writeable
+    tensor = routes_to_tensor(routes)
+    assert tensor.data_ptr() == routes.ctypes.data
+    tensor[0, 0, 0] = 7
+    assert routes[0, 0, 0] == 7
+
+
+@pytest.mark.parametrize("name", TORCH_DTYPES)
+def test_to_tensor_maps_every_supported_dtype(name: str) -> None:
+    array = np.arange(6).reshape(2, 3).astype(name)
+    tensor = to_tensor(array)
+    assert tensor.dtype == getattr(torch, name)
+    assert tensor.data_ptr() == array.ctypes.data
+    assert tensor.tolist() == array.tolist()
+
+
+def test_read_only_array_is_copied_without_warning() -> None:
+    # pytest turns warnings into errors here, so torch's "not writable" warning would fail this test.
+    array = np.frombuffer(bytes(range(12)), dtype=np.uint8).reshape(2, 3, 2)
+    assert not array.flags.writeable
+    tensor = routes_to_tensor(array)
+    assert tensor.data_ptr() != array.ctypes.data
+    assert tensor.tolist() == array.tolist()
+    tensor[0, 0, 0] = 200  # writable, and writing does not reach the read-only source
+    assert array[0, 0, 0] == 0
+
+
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(24, dtype=np.int32).reshape(2, 3, 4)[::-1],  # negative stride
+        np.arange(24, dtype=">i4").reshape(2, 3, 4),  # big-endian
+        np.arange(24, dtype=np.int16).reshape(2, 3, 4)[:, :, ::2],  # positive strides: shared, see below
+    ],
+    ids=["negative-stride", "big-endian", "strided"],
+)
+def test_layouts_torch_cannot_share_are_copied_exactly(array: Any) -> None:
+    tensor = routes_to_tensor(array)
+    assert tensor.tolist() == array.tolist()
+    assert tensor.dtype == getattr(torch, array.dtype.name)
+    shared = array.flags.writeable and array.dtype.isnative and min(array.strides) >= 0
+    assert np.shares_memory(tensor.numpy(), array) == shared
+
+
+def test_zero_dim_and_empty_arrays() -> None:
+    assert to_tensor(np.array(5, dtype=">i8")).shape == ()
+    assert to_tensor(np.array(5, dtype=">i8")).item() == 5
+    empty = decode_routes_tensor(encode_routes(np.zeros((0, 48, 8), dtype=np.int32)))
+    assert empty.shape == (0, 48, 8)
+    assert empty.dtype == torch.uint8
+
+
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64", "U3", "object", "complex64"])
+def test_dtype_torch_cannot_hold_is_a_clear_error(dtype: str) -> None:
+    shown = re.escape(str(np.dtype(dtype)))
+    with pytest.raises(R3WireError, match=rf"array\.dtype must be a dtype torch supports in full.*got {shown}$"):
+        to_tensor(np.zeros(3, dtype=dtype))
+
+
+def test_routes_to_tensor_checks_shape_and_route_dtype() -> None:
+    with pytest.raises(R3WireError, match=r"routes must be a 3-d array \[rows, layers, top_k\], got shape \[2, 3\]"):
+        routes_to_tensor(np.zeros((2, 3), dtype=np.uint8))
+    with pytest.raises(R3WireError, match=r"routes\.dtype must be one of \['uint8', 'int16', 'int32'\], got uint16"):
+        routes_to_tensor(np.zeros((1, 2, 2), dtype=np.uint16))
+    with pytest.raises(R3WireError, match="routes must be a NumPy array, got list"):
+        routes_to_tensor([[[1]]])  # type: ignore[arg-type]
+
+
+def test_device_moves_the_tensor() -> None:
+    routes = decode_routes(encode_routes(_ids()))
+    on_cpu = routes_to_tensor(routes, device="cpu")
+    assert on_cpu.data_ptr() == routes.ctypes.data  # .to() the device it is already on is not a copy
+    elsewhere = routes_to_tensor(routes, device=torch.device("meta"))  # a real non-CPU device on any machine
+    assert elsewhere.device.type == "meta"
+    assert elsewhere.shape == routes.shape
+    assert elsewhere.dtype == torch.uint8
+
+
+def test_pin_memory() -> None:
+    routes = decode_routes(encode_routes(_ids()))
+    if not torch.accelerator.is_available():
+        with pytest.raises(RuntimeError):  # torch cannot pin host memory without an accelerator
+            routes_to_tensor(routes, pin_memory=True)
+        return
+    pinned = routes_to_tensor(routes, pin_memory=True)
+    assert pinned.is_pinned()
+    assert pinned.tolist() == routes.tolist()
+
+
+def test_decode_array_tensor() -> None:
+    values = np.array([[-0.0, np.nan, 1.5]], dtype=np.float32)
+    tensor = decode_array_tensor(encode_array(values), ndim=2)
+    assert tensor.dtype == torch.float32
+    assert tensor.numpy().tobytes() == values.tobytes()  # bit for bit, NaN payload and -0.0 included
+    mask = decode_array_tensor(encode_array(np.array([True, False])), dtypes="bool")
+    assert mask.tolist() == [True, False]
+
+
+def test_decode_array_tensor_refuses_unsigned_wide_dtypes() -> None:
+    envelope = encode_array(np.arange(4, dtype=np.uint16))
+    with pytest.raises(DecodeError, match="dtype must be one of"):
+        decode_array_tensor(envelope)
+    with pytest.raises(R3WireError, match=r"dtypes must be dtypes torch supports in full"):
+        decode_array_tensor(envelope, dtypes=("uint16",))
