@@ -64,6 +64,9 @@ class _Plan:
     units: int  # units per group of 8 ids: 8 >> levels
     words: int  # 64-bit words per group: ceil(bits / 8)
     places: tuple[tuple[int, int], ...]  # (word, bit shift) of each unit's first bit in its group
+    # per word, the units in it: (unit, shift), a left shift, or a right shift when negative (a unit's top bits
+    # running on into the next word); a plain copy (shift 0) is last, so it is OR-ed in without a temporary
+    parts: tuple[tuple[tuple[int, int], ...], ...]
     record: np.dtype[Any]  # one group of ``bits`` bytes, as fields
     fields: tuple[tuple[str, int, int], ...]  # (field name, word, bit shift of the field's first bit in it)
 
@@ -83,6 +86,12 @@ def _plan(bits: int) -> _Plan:
         offsets.append(offset)
         offset += size
     record = np.dtype({"names": [f[0] for f in fields], "formats": formats, "offsets": offsets, "itemsize": bits})
+    places = [divmod(i * unit, 64) for i in range(8 >> levels)]
+    parts: list[list[tuple[int, int]]] = [[] for _ in range((bits + 7) // 8)]
+    for i, (word, shift) in enumerate(places):
+        parts[word].append((i, shift))
+        if shift + unit > 64:
+            parts[word + 1].append((i, shift - 64))
     return _Plan(
         bits=bits,
         slot=slot,
@@ -90,7 +99,8 @@ def _plan(bits: int) -> _Plan:
         unit=unit,
         units=8 >> levels,
         words=(bits + 7) // 8,
-        places=tuple(divmod(i * unit, 64) for i in range(8 >> levels)),
+        places=tuple(places),
+        parts=tuple(tuple(sorted(p, key=lambda part: part[1] == 0)) for p in parts),
         record=record,
         fields=tuple(fields),
     )
@@ -152,8 +162,7 @@ def pack_bits(ids: np.ndarray[Any, Any], bits: int, *, checked: bool = False) ->
         slots[: last - first] = flat[first:last]  # narrows to the slot type; the ids were checked to fit
         slots[last - first :] = 0  # the ids that round the last group up to 8 are zero
         units = _merge_pairs(slots, plan, scratch.high[: n * plan.units]).reshape(n, plan.units)
-        words = scratch.words[:, :n]
-        _splice(units, plan, words, scratch.temp[:n])
+        words = _splice(units, plan, scratch.words[:, :n], scratch.temp[:n])
         _store(words, plan, records[start:stop], scratch.temp[:n])
     return out[: packed_nbytes(count, bits)]
 
@@ -166,31 +175,35 @@ def _merge_pairs(slots: np.ndarray[Any, Any], plan: _Plan, high: np.ndarray[Any,
         wide = _LE_UINT[2 * slot]
         values = values.view(wide)
         upper = high.view(wide)[: values.size]
+        # lo + hi * 2**slot  ->  lo + hi * 2**width: subtract hi * (2**slot - 2**width); 3 passes, not 4
         np.right_shift(values, wide.type(slot), out=upper)
-        np.left_shift(upper, wide.type(width), out=upper)
-        np.bitwise_and(values, wide.type((1 << slot) - 1), out=values)
-        np.bitwise_or(values, upper, out=values)
+        np.multiply(upper, wide.type((1 << slot) - (1 << width)), out=upper)
+        np.subtract(values, upper, out=values)
         width, slot = 2 * width, 2 * slot
     return values
 
 
-def _splice(units: np.ndarray[Any, Any], plan: _Plan, words: np.ndarray[Any, Any], temp: np.ndarray[Any, Any]) -> None:
-    """Put each group's units, ``unit`` bits apiece, back to back into its 64-bit ``words`` (one row per word)."""
-    if plan.units == 1:
-        words[0] = units[:, 0]
-        return
-    started = [False] * plan.words
-    for i, (word, shift) in enumerate(plan.places):
-        column = units[:, i]
-        if started[word]:
-            np.left_shift(column, np.uint64(shift), out=temp)
-            words[word] |= temp
-        else:
-            np.left_shift(column, np.uint64(shift), out=words[word])
-            started[word] = True
-        if shift + plan.unit > 64:  # the unit runs on into the next word; that word starts with its top bits
-            np.right_shift(column, np.uint64(64 - shift), out=words[word + 1])
-            started[word + 1] = True
+def _splice(
+    units: np.ndarray[Any, Any], plan: _Plan, words: np.ndarray[Any, Any], temp: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """Put each group's units, ``unit`` bits apiece, back to back into 64-bit words (one row per word)."""
+    if plan.units == 1:  # bits <= 8: the unit is the word
+        return units.reshape(1, -1)
+    for word, parts in enumerate(plan.parts):
+        target = words[word]
+        for k, (i, shift) in enumerate(parts):
+            column = units[:, i]
+            if k and not shift:
+                np.bitwise_or(target, column, out=target)
+                continue
+            into = temp if k else target
+            if shift >= 0:
+                np.left_shift(column, np.uint64(shift), out=into)
+            else:
+                np.right_shift(column, np.uint64(-shift), out=into)
+            if k:
+                np.bitwise_or(target, temp, out=target)
+    return words
 
 
 def _store(words: np.ndarray[Any, Any], plan: _Plan, records: np.ndarray[Any, Any], temp: np.ndarray[Any, Any]) -> None:
@@ -259,37 +272,42 @@ def unpack_bits(
 
 
 def _unpack_groups(records: np.ndarray[Any, Any], plan: _Plan, scratch: _Scratch, out: np.ndarray[Any, Any]) -> None:
+    """Unpack whole groups: the inverse of :func:`_store`, :func:`_splice` and :func:`_merge_pairs`."""
     n = records.size
-    words = scratch.words[:, :n]
+    units = scratch.units[: n * plan.units].reshape(n, plan.units)
+    words = units.reshape(1, -1) if plan.units == 1 else scratch.words[:, :n]  # bits <= 8: the word is the unit
     temp = scratch.temp[:n]
     started = [False] * plan.words
-    for name, word, shift in plan.fields:  # the inverse of _store
+    for name, word, shift in plan.fields:
         if started[word]:
             np.left_shift(records[name], np.uint64(shift), out=temp, casting="unsafe")
-            words[word] |= temp
+            np.bitwise_or(words[word], temp, out=words[word])
         else:
             words[word] = records[name]
             started[word] = True
-    units = scratch.units[: n * plan.units].reshape(n, plan.units)
-    _unsplice(words, plan, units, temp)
+    if plan.units > 1:
+        _unsplice(words, plan, units, temp)
     out[...] = _split_pairs(units.reshape(-1), plan, scratch.high[: n * plan.units])
 
 
 def _unsplice(
     words: np.ndarray[Any, Any], plan: _Plan, units: np.ndarray[Any, Any], temp: np.ndarray[Any, Any]
 ) -> None:
-    """Read each group's units back out of its words (the inverse of :func:`_splice`)."""
-    if plan.units == 1:  # bits <= 8: the unit is the whole word; bytes past ``bits`` were never set
-        units[:, 0] = words[0]
-        return
+    """Read each group's units (two or more) back out of its words (the inverse of :func:`_splice`)."""
     mask = np.uint64((1 << plan.unit) - 1)
     for i, (word, shift) in enumerate(plan.places):
-        np.right_shift(words[word], np.uint64(shift), out=temp)
-        if shift + plan.unit > 64:
-            np.bitwise_or(temp, words[word + 1] << np.uint64(64 - shift), out=temp)
+        column = units[:, i]
+        source = words[word]
+        if shift:
+            np.right_shift(source, np.uint64(shift), out=column)
+            source = column
+        if shift + plan.unit > 64:  # the unit's top bits are at the bottom of the next word
+            np.left_shift(words[word + 1], np.uint64(64 - shift), out=temp)
+            np.bitwise_or(column, temp, out=column)
         if i + 1 < plan.units:  # the last unit ends at the group's last bit: nothing above it to clear
-            np.bitwise_and(temp, mask, out=temp)
-        units[:, i] = temp
+            np.bitwise_and(source, mask, out=column)
+        elif source is not column:
+            column[...] = source
 
 
 def _split_pairs(units: np.ndarray[Any, Any], plan: _Plan, high: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -302,7 +320,6 @@ def _split_pairs(units: np.ndarray[Any, Any], plan: _Plan, high: np.ndarray[Any,
         values = values.view(wide)
         upper = high.view(wide)[: values.size]
         np.right_shift(values, wide.type(width), out=upper)
-        np.left_shift(upper, wide.type(slot), out=upper)
-        np.bitwise_and(values, wide.type((1 << width) - 1), out=values)
-        np.bitwise_or(values, upper, out=values)
+        np.multiply(upper, wide.type((1 << slot) - (1 << width)), out=upper)
+        np.add(values, upper, out=values)
     return values.view(_LE_UINT[slot])
