@@ -280,7 +280,9 @@ def _unpack_groups(records: np.ndarray[Any, Any], plan: _Plan, scratch: _Scratch
     started = [False] * plan.words
     for name, word, shift in plan.fields:
         if started[word]:
-            np.left_shift(records[name], np.uint64(shift), out=temp, casting="unsafe")
+            # Widen first: NumPy 1.x picks a narrow shift loop for a narrow field (value-based casting).
+            temp[...] = records[name]
+            np.left_shift(temp, np.uint64(shift), out=temp)
             np.bitwise_or(words[word], temp, out=words[word])
         else:
             words[word] = records[name]
