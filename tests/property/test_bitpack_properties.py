@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from bitref import pack_reference, unpack_reference
-from r3wire import DecodeError, decode_routes, decode_routes_frame, encode_routes, encode_routes_frame
+from r3wire import DecodeError, bitpack, decode_routes, decode_routes_frame, encode_routes, encode_routes_frame
 from r3wire.bitpack import MAX_BITS, pack_bits, unpack_bits
 
 pytestmark = pytest.mark.property
@@ -32,12 +32,17 @@ def ids_and_bits(draw: st.DrawFn) -> tuple[list[int], int]:
     return draw(st.lists(value, max_size=40)), bits
 
 
-@given(ids_and_bits())
-def test_kernel_matches_reference(case: tuple[list[int], int]) -> None:
+@given(ids_and_bits(), st.sampled_from([-1, 10**9]))
+def test_kernel_matches_reference(case: tuple[list[int], int], small_count: int) -> None:
     ids, bits = case
-    stream = pack_bits(np.array(ids, dtype=np.int64), bits)
+    default = bitpack._SMALL_COUNT
+    bitpack._SMALL_COUNT = small_count  # type: ignore[misc]  # -1: the chunked kernel; 10**9: the packbits path
+    try:
+        stream = pack_bits(np.array(ids, dtype=np.int64), bits)
+        back = unpack_bits(stream.tobytes(), len(ids), bits, np.int32)
+    finally:
+        bitpack._SMALL_COUNT = default  # type: ignore[misc]
     assert stream.tobytes() == pack_reference(ids, bits)
-    back = unpack_bits(stream.tobytes(), len(ids), bits, np.int32)
     assert back.tolist() == unpack_reference(stream.tobytes(), len(ids), bits) == ids
 
 
