@@ -16,7 +16,7 @@ bits go through ``np.packbits`` one byte per bit instead.)
 3. A group's units are spliced, with shifts, into ``ceil(b / 8)`` 64-bit words, one contiguous array per word.
 4. The words are stored through a structured view of the output whose records are the ``b``-byte groups: one
    8-byte field per whole word, then 4/2/1-byte fields for the last word's remaining bytes. (Copying ``b`` bytes
-   out of each 8-byte word with a 2-d slice was 20x slower than these 1-d strided stores.)
+   out of each 8-byte word with a 2-d slice was about 10x slower than these 1-d strided stores.)
 
 Unpacking runs the same steps backwards. Every view is little-endian explicitly, so a big-endian host gets the
 same bytes (slower, through NumPy's byte swapping).
