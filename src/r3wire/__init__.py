@@ -5,6 +5,7 @@ The public API, by concern:
 - routes: :func:`encode_routes`, :func:`decode_routes`, :func:`route_dtype`
 - trainer-side batching: :func:`pad_routes`, :func:`pack_routes`, :func:`unpack_routes`, :func:`validate_routes`,
   :class:`RouteTrace`
+- routes as raw bytes (msgpack, ZMQ, Ray, HTTP octet-stream): :func:`encode_routes_frame`, :func:`decode_routes_frame`
 - any per-token side channel: :func:`encode_array`, :func:`decode_array`
 - sampled logprobs: :func:`clamp_logprobs` (:class:`ClampResult`), :func:`encode_logprobs`, :func:`decode_logprobs`,
   and the seed's JSON shape: :func:`build_logprobs_content`, :func:`read_logprobs_content`
@@ -19,6 +20,7 @@ from r3wire._version import __version__
 from r3wire.arrays import decode_array, encode_array
 from r3wire.batching import RouteTrace, pack_routes, pad_routes, unpack_routes, validate_routes
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
+from r3wire.frame import decode_routes_frame, encode_routes_frame
 from r3wire.logprobs import (
     LOGPROB_FLOOR,
     ClampResult,
@@ -60,9 +62,11 @@ __all__ = [
     "decode_array",
     "decode_logprobs",
     "decode_routes",
+    "decode_routes_frame",
     "encode_array",
     "encode_logprobs",
     "encode_routes",
+    "encode_routes_frame",
     "pack_routes",
     "pad_routes",
     "read_logprobs_content",
