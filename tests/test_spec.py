@@ -23,7 +23,7 @@ def _schema() -> dict[str, Any]:
 
 def _valid_envelopes() -> list[tuple[str, dict[str, Any]]]:
     found = []
-    for name in ("routes-v1.json", "arrays-v1.json", "logprobs-v1.json"):
+    for name in ("routes-v1.json", "routes-v1-packed.json", "arrays-v1.json", "logprobs-v1.json"):
         doc = json.loads((VECTORS / name).read_text(encoding="utf-8"))
         found += [(f"{name}:{c['name']}", c["envelope"]) for c in doc["valid"] if not c.get("legacy")]
     return found
