@@ -76,6 +76,14 @@ def _select(output: Any, index: int | None) -> tuple[Any, Any, str]:
     raise R3WireError.make("output", "a vLLM CompletionOutput or RequestOutput", type(output).__name__, raw=True)
 
 
+def _request_id(request_id: object, request: Any) -> str | None:
+    """The caller's request id, else the ``RequestOutput``'s own (a ``CompletionOutput`` has none)."""
+    checked = check_request_id(request_id)
+    if checked is None and request is not None:
+        checked = check_request_id(getattr(request, "request_id", None))
+    return checked
+
+
 def _routes_array(value: Any, field: str) -> np.ndarray[Any, Any]:
     array = as_numpy(value, field=field)
     if array.dtype.kind not in "iu":
@@ -158,22 +166,25 @@ def sampled_logprobs(
         R3WireError: ``output``, ``index``, ``floor`` or ``request_id`` is invalid.
     """
     completion, request, where = _select(output, index)
-    request_id = check_request_id(request_id)
-    if request_id is None and request is not None:
-        request_id = check_request_id(getattr(request, "request_id", None))
+    request_id = _request_id(request_id, request)
     floor = check_floor(floor, np.dtype(np.float64))
-    logprobs = getattr(completion, "logprobs", None)
-    if logprobs is None:
+    if getattr(completion, "logprobs", None) is None:
         return None
-    token_ids = _token_ids(completion, where)
+    return _sampled(completion, _token_ids(completion, where), where, request_id=request_id, floor=floor)
+
+
+def _sampled(
+    completion: Any, token_ids: np.ndarray[Any, Any], where: str, *, request_id: str | None, floor: float
+) -> ClampResult:
+    logprobs = completion.logprobs
+    field = f"{where}.logprobs"
     if len(logprobs) != len(token_ids):
         raise EncodeError.make(
-            f"{where}.logprobs",
+            field,
             f"one position per generated token ({len(token_ids)}, the length of {where}.token_ids)",
             f"{len(logprobs)} positions",
             raw=True,
         )
-    field = f"{where}.logprobs"
     if _is_flat(logprobs):
         values = _flat_sampled(logprobs, token_ids, field)
     else:
@@ -331,11 +342,12 @@ def encode_completion(
     """
     if logprobs_format not in ("content", "envelope"):
         raise R3WireError.make("logprobs_format", "'content' or 'envelope'", logprobs_format)
-    completion, _, where = _select(output, index)
+    completion, request, where = _select(output, index)
+    request_id = _request_id(request_id, request)
     token_ids = _token_ids(completion, where)
-    clamped = sampled_logprobs(output, index=index, request_id=request_id)
     logprobs: dict[str, Any] | None = None
-    if clamped is not None:
+    if getattr(completion, "logprobs", None) is not None:
+        clamped = _sampled(completion, token_ids, where, request_id=request_id, floor=LOGPROB_FLOOR)
         logprobs = build_logprobs_content(clamped) if logprobs_format == "content" else encode_logprobs(clamped.values)
     routes = routed_experts(output, index=index)
     return {
