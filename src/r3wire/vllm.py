@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from r3wire._arraylike import as_numpy
-from r3wire._validate import load_object
+from r3wire._validate import is_int, load_object
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.logprobs import (
     KEY_CONTENT,
@@ -63,8 +63,9 @@ def _select(output: Any, index: int | None) -> tuple[Any, Any, str]:
     if hasattr(output, "outputs"):  # a RequestOutput
         outputs = output.outputs
         position = 0 if index is None else index
-        if isinstance(position, bool) or not isinstance(position, int):
+        if not is_int(position):
             raise R3WireError.make("index", "an integer", position)
+        position = int(position)
         count = len(outputs)
         if not -count <= position < count:
             raise R3WireError.make("index", f"a completion index in 0..{count - 1}", position)
