@@ -33,6 +33,20 @@ CI_DIR = ROOT / ".ci"
 OLDEST = ["numpy==1.24.4", "orjson==3.9.15", "pybase64==1.3.2"]
 
 
+# The optional stacks R3WIRE_WITH can add, at the releases the adapter tests run against.
+TORCH = "torch==2.13.0"
+VLLM = "vllm==0.33.0"
+STACKS = ("torch", "vllm")
+
+
+def _stacks(value: str) -> set[str]:
+    stacks = {s.strip() for s in value.split(",") if s.strip()}
+    unknown = sorted(stacks - set(STACKS))
+    if unknown:
+        raise SystemExit(f"R3WIRE_WITH: unknown stack(s) {unknown}; choose from {list(STACKS)}")
+    return stacks
+
+
 def _run(cmd: list[str], **kwargs: object) -> None:
     print("+", " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True, cwd=ROOT, **kwargs)  # type: ignore[call-overload]
@@ -72,6 +86,7 @@ def _stamp(settings: dict[str, str], dev: bool) -> str:
 def ensure_env(*, dev: bool) -> Path:
     """Create (or reuse) the virtual environment and install r3wire into it; return its python."""
     settings = _settings()
+    _stacks(settings["with"])  # an unknown name fails now, not after minutes of installing
     env_dir = (ROOT / settings["venv"]).resolve()
     python = _venv_python(env_dir)
     stamp_file = env_dir / ".r3wire-stamp"
@@ -100,14 +115,18 @@ def ensure_env(*, dev: bool) -> Path:
     _run([*pip, "install", "--quiet", *target, *group])
     if settings["deps"] == "oldest":
         _run([*pip, "install", "--quiet", *OLDEST])
-    stacks = {s.strip() for s in settings["with"].split(",") if s.strip()}
+    stacks = _stacks(settings["with"])
     if "torch" in stacks or "vllm" in stacks:
-        # pip on these machines finds a local CPU build of exactly this release; elsewhere PyPI's CPU index does.
-        _run([*pip, "install", "--quiet", "torch==2.13.0"])
+        # The CPU build: this machine's pip configuration provides it; elsewhere point PIP_EXTRA_INDEX_URL at
+        # PyTorch's CPU wheel index first, or pip takes the multi-gigabyte CUDA build from PyPI.
+        _run([*pip, "install", "--quiet", TORCH])
     if "vllm" in stacks:
-        # vLLM's declared dependencies pull CUDA builds; the adapter tests need only its Python classes.
-        _run([*pip, "install", "--quiet", "--no-deps", "vllm==0.33.0"])
+        # The adapter tests need only vLLM's Python classes (vllm.outputs, vllm.logprobs). Its declared
+        # dependencies pull CUDA kernels and another torch, so vllm goes in with --no-deps, after exactly the
+        # distributions its import loads (pinned in .ci/requirements-vllm.txt); in this order pip has no
+        # half-installed vllm to complain about.
         _run([*pip, "install", "--quiet", "-r", str(CI_DIR / "requirements-vllm.txt")])
+        _run([*pip, "install", "--quiet", "--no-deps", VLLM])
     stamp_file.write_text(stamp)
     return python
 

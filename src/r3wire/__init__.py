@@ -13,7 +13,8 @@ The public API, by concern:
   :data:`WIRE_DTYPES`
 - errors: :class:`R3WireError`, :class:`EncodeError`, :class:`DecodeError`, :class:`UnsupportedVersionError`
 
-Adapters live in submodules that import their framework only when used: ``r3wire.torch``.
+Adapters live in submodules that import their framework only when used: ``r3wire.torch`` (tensors in and out),
+``r3wire.vllm`` (routes and sampled logprobs from vLLM outputs); see ``docs/adapters.md``.
 """
 
 from r3wire._version import __version__
