@@ -82,4 +82,14 @@ def test_vector_files_are_listed() -> None:
     assert sorted(p.name for p in VECTORS.glob("*.json")) == sorted(KNOWN_VECTOR_FILES)
 
 
-KNOWN_VECTOR_FILES = ["arrays-v1.json", "routes-v1.json"]
+KNOWN_VECTOR_FILES = [
+    "arrays-v1.json",
+    "formats-fireworks-r3v1-v1.json",
+    "formats-nemo-rl-v1.json",
+    "formats-prime-rl-b85-v1.json",
+    "formats-prime-rl-v1.json",
+    "formats-sglang-v1.json",
+    "formats-skyrl-v1.json",
+    "formats-vllm-npy-v1.json",
+    "routes-v1.json",
+]
