@@ -8,7 +8,11 @@ The public API, by concern:
 - errors: :class:`R3WireError`, :class:`EncodeError`, :class:`DecodeError`, :class:`UnsupportedVersionError`
 
 Adapters live in submodules that import their framework only when used: ``r3wire.torch``.
+Other engines' formats: ``r3wire.formats`` (imported on first use).
 """
+
+import importlib
+from typing import Any
 
 from r3wire._version import __version__
 from r3wire.arrays import decode_array, encode_array
@@ -33,3 +37,10 @@ __all__ = [
     "encode_routes",
     "route_dtype",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # `r3wire.formats` without importing it (and its format tables) at `import r3wire`.
+    if name == "formats":
+        return importlib.import_module("r3wire.formats")
+    raise AttributeError(f"module 'r3wire' has no attribute {name!r}")

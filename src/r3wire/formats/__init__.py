@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal, overload
 
 import numpy as np
 
@@ -290,6 +290,45 @@ def read(
     if name == "auto":
         name = detect(payload, num_layers=opts.num_layers, top_k=opts.top_k)
     return _READERS[name](payload, opts)
+
+
+@overload
+def write(
+    routes: object,
+    format: Literal["r3wire", "skyrl", "prime-rl", "prime-rl-b85"] = ...,
+    *,
+    start: int | None = None,
+    mask: Any = None,
+    total_tokens: int | None = None,
+    dtype: str | None = None,
+    num_experts: int | None = None,
+) -> dict[str, Any]: ...
+
+
+@overload
+def write(
+    routes: object,
+    format: Literal["vllm-npy", "nemo-rl", "fireworks-r3v1"],
+    *,
+    start: int | None = None,
+    mask: Any = None,
+    total_tokens: int | None = None,
+    dtype: str | None = None,
+    num_experts: int | None = None,
+) -> str: ...
+
+
+@overload
+def write(
+    routes: object,
+    format: str,
+    *,
+    start: int | None = None,
+    mask: Any = None,
+    total_tokens: int | None = None,
+    dtype: str | None = None,
+    num_experts: int | None = None,
+) -> str | dict[str, Any]: ...
 
 
 def write(
