@@ -172,29 +172,27 @@ def check_ids(
     """
     if routes.size == 0:
         return
-    if routes.dtype.kind == "i":
+    # At most one min and one max pass; the masks that locate a bad id are built only when there is one.
+    if routes.dtype.kind == "i" and int(routes.min()) < 0:
         negative = routes < 0
-        if negative.any():
-            if missing_sentinel:
-                missing = (routes == MISSING_ROUTE).all(axis=-1, keepdims=True)
-                bad = negative & ~missing
-                if bad.any():
-                    where = first_index(bad)
-                    raise error.make(
-                        f"{field}{where}",
-                        "a non-negative expert id, or -1 in every top-k slot of the row (missing route)",
-                        int(routes[tuple(where)]),
-                    )
-            else:
-                where = first_index(negative)
-                raise error.make(f"{field}{where}", "a non-negative expert id", int(routes[tuple(where)]))
+        if missing_sentinel:
+            missing = (routes == MISSING_ROUTE).all(axis=-1, keepdims=True)
+            bad = negative & ~missing
+            if bad.any():
+                where = first_index(bad)
+                raise error.make(
+                    f"{field}{where}",
+                    "a non-negative expert id, or -1 in every top-k slot of the row (missing route)",
+                    int(routes[tuple(where)]),
+                )
+        else:
+            where = first_index(negative)
+            raise error.make(f"{field}{where}", "a non-negative expert id", int(routes[tuple(where)]))
     if num_experts is not None:
-        too_big = routes >= num_experts
-        if too_big.any():
-            where = first_index(too_big)
-            raise error.make(
-                f"{field}{where}", f"an expert id below num_experts={num_experts}", int(routes[tuple(where)])
-            )
+        high = int(routes.max())
+        if high >= num_experts:
+            where = first_index(routes >= num_experts)
+            raise error.make(f"{field}{where}", f"an expert id below num_experts={num_experts}", high)
 
 
 def prepared_routes(
@@ -205,7 +203,7 @@ def prepared_routes(
 ) -> tuple[np.ndarray[Any, Any], int, int]:
     """``routes`` as a checked 3-d integer NumPy array, with its smallest and largest id (0, 0 when empty).
 
-    With ``missing_sentinel`` the smallest id ignores -1 missing-route rows (and is -1 only if there are some).
+    With ``missing_sentinel`` the smallest id is -1 when there are missing-route rows.
 
     Raises:
         EncodeError: not a 3-d integer array, a negative id, or an id at or above ``num_experts``.
@@ -215,10 +213,13 @@ def prepared_routes(
         raise EncodeError.make("routes.dtype", "an integer dtype", str(arr.dtype), raw=True)
     if arr.ndim != ROUTES_NDIM:
         raise EncodeError.make("routes", "a 3-d array [rows, layers, top_k]", f"shape {list(arr.shape)}", raw=True)
-    check_ids(arr, "routes", num_experts=num_experts, missing_sentinel=missing_sentinel, error=EncodeError)
     if arr.size == 0:
         return arr, 0, 0
-    return arr, int(arr.min()), int(arr.max())
+    low, high = int(arr.min()), int(arr.max())
+    if low < 0 or (num_experts is not None and high >= num_experts):
+        # Raises, naming the first bad id, unless every negative is a missing-route row.
+        check_ids(arr, "routes", num_experts=num_experts, missing_sentinel=missing_sentinel, error=EncodeError)
+    return arr, low, high
 
 
 def choose_dtype(

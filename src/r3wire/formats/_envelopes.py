@@ -77,8 +77,9 @@ def read_skyrl(payload: object, opts: ReadOptions) -> ReadResult:
 
 def write_skyrl(routes: object, opts: WriteOptions) -> dict[str, Any]:
     """Write SkyRL's seed envelope; its dtype is always the smallest that holds the ids (the seed requires it)."""
-    arr, _, _ = prepared_routes(routes, num_experts=opts.num_experts)
-    envelope = encode_routes(arr)
+    envelope = encode_routes(routes)  # the seed's ladder; it also refuses negative ids
+    if opts.num_experts is not None:
+        prepared_routes(routes, num_experts=opts.num_experts)
     _check_requested(opts.dtype, envelope[KEY_DTYPE], "skyrl")
     del envelope[KEY_SCHEMA], envelope[KEY_VERSION]
     return envelope
