@@ -11,8 +11,8 @@ Adapters live in submodules that import their framework only when used: ``r3wire
 Other engines' formats: ``r3wire.formats`` (imported on first use).
 """
 
-import importlib
-from typing import Any
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from r3wire._version import __version__
 from r3wire.arrays import decode_array, encode_array
@@ -39,8 +39,12 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+if _TYPE_CHECKING:
+    from r3wire import formats as formats
+
+
+def __getattr__(name: str) -> object:
     # `r3wire.formats` without importing it (and its format tables) at `import r3wire`.
     if name == "formats":
-        return importlib.import_module("r3wire.formats")
+        return _importlib.import_module("r3wire.formats")
     raise AttributeError(f"module 'r3wire' has no attribute {name!r}")
