@@ -209,15 +209,18 @@ def detect(payload: object, *, num_layers: int | None = None, top_k: int | None 
     Raises:
         DecodeError: the payload matches no format, or could be more than one (the message says what to pass).
     """
-    has_shape = num_layers is not None and top_k is not None
+    return _detect(payload, has_shape=num_layers is not None and top_k is not None)[0]
+
+
+def _detect(payload: object, *, has_shape: bool) -> tuple[str, object]:
     if isinstance(payload, Mapping):
-        return _detect_mapping(payload, has_shape)
+        return _detect_mapping(payload, has_shape), payload
     if isinstance(payload, (bytes, bytearray, memoryview)):
         head = bytes(payload[: len(NPY_MAGIC)])
         if head == NPY_MAGIC:
-            return "vllm-npy"
+            return "vllm-npy", payload
         if head[: len(ZSTD_MAGIC)] == ZSTD_MAGIC:
-            return "fireworks-r3v1"
+            return "fireworks-r3v1", payload
     if not isinstance(payload, (str, bytes, bytearray, memoryview)):
         raise DecodeError.make(
             None, "a routed-experts payload (str, bytes or a mapping)", type(payload).__name__, raw=True
@@ -225,15 +228,17 @@ def detect(payload: object, *, num_layers: int | None = None, top_k: int | None 
     sniff = payload[:_SNIFF]
     start = (sniff if isinstance(sniff, str) else bytes(sniff).decode("latin1")).lstrip()
     if start.startswith("{"):
-        return _detect_mapping(load_object(payload, what="a routed-experts object"), has_shape)
+        # read() parses JSON text once: _detect hands the parsed object on with the name.
+        parsed = load_object(payload, what="a routed-experts object")
+        return _detect_mapping(parsed, has_shape), parsed
     if start.startswith(NEMO_RL_MAGIC + ":"):
-        return "nemo-rl"
+        return "nemo-rl", payload
     if start.startswith(NPY_MAGIC_B64):
-        return "vllm-npy"
+        return "vllm-npy", payload
     if start.startswith(ZSTD_MAGIC_B64):
-        return "fireworks-r3v1"
+        return "fireworks-r3v1", payload
     if has_shape:
-        return "sglang"
+        return "sglang", payload
     raise DecodeError.make(
         None,
         "a recognisable format: bare base64 without a magic prefix is SGLang's, which needs num_layers and top_k "
@@ -288,7 +293,7 @@ def read(
         else check_int(max_elements, "max_elements", minimum=0, maximum=1 << 63, error=R3WireError),
     )
     if name == "auto":
-        name = detect(payload, num_layers=opts.num_layers, top_k=opts.top_k)
+        name, payload = _detect(payload, has_shape=opts.num_layers is not None and opts.top_k is not None)
     return _READERS[name](payload, opts)
 
 
