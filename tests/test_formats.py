@@ -416,6 +416,27 @@ def test_num_experts_bounds_ids_on_read(name: str) -> None:
         read(payload, name, num_experts=high, **SHAPE)
 
 
+def test_caller_shape_must_match_the_payload() -> None:
+    payload = write(_routes(), "vllm-npy")
+    assert read(payload, num_layers=3, top_k=2).routes.shape == (6, 3, 2)
+    with pytest.raises(DecodeError) as info:
+        read(payload, num_layers=4, top_k=2)
+    assert info.value.field == "shape"
+    with pytest.raises(DecodeError, match="top_k=3"):
+        read(payload, top_k=3)
+
+
+def test_dtype_is_only_for_sglang() -> None:
+    with pytest.raises(R3WireError) as info:
+        read(write(_routes(), "prime-rl"), dtype="uint8")
+    assert info.value.field == "dtype"
+
+
+def test_unhashable_dtype_is_detected_without_crashing() -> None:
+    with pytest.raises(DecodeError):
+        read({"data": "AA==", "shape": [1, 1, 1], "dtype": ["uint8"]})
+
+
 def test_formats_is_a_lazy_submodule_that_imports_no_optional_dependency() -> None:
     code = (
         "import sys, r3wire; assert 'r3wire.formats' not in sys.modules; "

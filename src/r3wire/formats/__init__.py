@@ -23,6 +23,7 @@ from r3wire._validate import check_int, check_shape, load_object
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.formats._common import MISSING_ROUTE, ReadOptions, ReadResult, WriteOptions, checked_num_experts
 from r3wire.formats._envelopes import (
+    PRIME_RL_DTYPES,
     read_prime_rl,
     read_prime_rl_b85,
     read_r3wire,
@@ -41,8 +42,8 @@ from r3wire.formats._fireworks import (
 )
 from r3wire.formats._nemo_rl import NEMO_RL_MAGIC, read_nemo_rl, write_nemo_rl
 from r3wire.formats._npy import NPY_MAGIC, NPY_MAGIC_B64, read_vllm_npy, write_vllm_npy
-from r3wire.formats._sglang import read_sglang, write_sglang
-from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_SCHEMA, KEY_SHAPE, KEY_VERSION, WIRE_DTYPES
+from r3wire.formats._sglang import SGLANG_DTYPES, read_sglang, write_sglang
+from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_SCHEMA, KEY_SHAPE, KEY_VERSION
 
 __all__ = [
     "FORMATS",
@@ -155,7 +156,9 @@ def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool) -> str:
         if "start" in obj:
             return "prime-rl"
         if KEY_DTYPE in obj:
-            return "prime-rl" if obj[KEY_DTYPE] not in _SKYRL_DTYPES and obj[KEY_DTYPE] in WIRE_DTYPES else "skyrl"
+            # Tuples, not sets: a hostile dtype may be unhashable.
+            dtype = obj[KEY_DTYPE]
+            return "prime-rl" if dtype in PRIME_RL_DTYPES and dtype not in _SKYRL_DTYPES else "skyrl"
         return "prime-rl-b85" if _looks_like_b85(obj) else "prime-rl"
     raise DecodeError.make(
         None,
@@ -264,8 +267,9 @@ def read(
         payload: the wire value: a ``str`` or bytes (base64, ``nrlre1:`` text, JSON text, raw ``.npy`` or zstd
             bytes) or a mapping (a parsed JSON object, e.g. an envelope or SGLang's ``meta_info``).
         format: a name from :data:`FORMATS`, or ``"auto"`` to :func:`detect` it.
-        num_layers: layers per row; required by formats without a shape (sglang, fireworks-r3v1).
-        top_k: experts per layer; required with ``num_layers``.
+        num_layers: layers per row; required by formats without a shape (sglang, fireworks-r3v1), and checked
+            against the payload's shape by the others.
+        top_k: experts per layer; required with ``num_layers`` by the same formats, checked by the others.
         dtype: sglang only: the element type of a bare string (default ``"int32"``).
         num_experts: when given, every id must be below it.
         max_elements: refuse a payload declaring more ids than this, before decoding anything.
@@ -275,14 +279,16 @@ def read(
         byte order, writable, C-contiguous), ``start``, ``mask`` and ``total_tokens`` where the format has them.
 
     Raises:
-        DecodeError: the payload is malformed, inconsistent, ambiguous under ``"auto"``, or breaks a limit.
-        R3WireError: a bad argument (unknown format, non-positive ``num_layers``, a missing shape).
+        DecodeError: the payload is malformed, inconsistent, ambiguous under ``"auto"``, breaks a limit, or its
+            shape disagrees with ``num_layers`` / ``top_k``.
+        R3WireError: a bad argument (unknown format, non-positive ``num_layers``, a missing shape, a ``dtype``
+            for a format other than sglang).
         ImportError: fireworks-r3v1 without the ``zstd`` extra.
     """
     name = "auto" if format == "auto" else _format_name(format)
     given: object = dtype  # typed str, but untyped callers pass anything
-    if given is not None and (not isinstance(given, str) or given not in WIRE_DTYPES):
-        raise R3WireError.make("dtype", f"one of {list(WIRE_DTYPES)}", given)
+    if given is not None and (not isinstance(given, str) or given not in SGLANG_DTYPES):
+        raise R3WireError.make("dtype", f"one of {list(SGLANG_DTYPES)} (sglang's bare string)", given)
     opts = ReadOptions(
         num_layers=_positive(num_layers, "num_layers"),
         top_k=_positive(top_k, "top_k"),
@@ -294,7 +300,18 @@ def read(
     )
     if name == "auto":
         name, payload = _detect(payload, has_shape=opts.num_layers is not None and opts.top_k is not None)
-    return _READERS[name](payload, opts)
+    if dtype is not None and name != "sglang":
+        raise R3WireError.make("dtype", f"None ({name} carries its dtype; only sglang's bare string needs one)", dtype)
+    result = _READERS[name](payload, opts)
+    # A shape that disagrees with the caller's model is a payload from somewhere else: say so here, not in the
+    # trainer's gather three calls later.
+    for axis, (field, value) in enumerate((("num_layers", opts.num_layers), ("top_k", opts.top_k)), start=1):
+        if value is not None and result.routes.shape[axis] != value:
+            raise DecodeError.make(
+                "shape", f"[rows, {opts.num_layers}, {opts.top_k}] (the caller's {field}={value})",
+                list(result.routes.shape),
+            )  # fmt: skip
+    return result
 
 
 @overload
