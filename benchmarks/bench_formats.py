@@ -1,6 +1,6 @@
 """Write and read one realistic rollout in every engine format r3wire.formats supports; print a table.
 
-    python benchmarks/formats.py [--tokens 8192] [--layers 48] [--top-k 8] [--num-experts 128] [--repeat 7] [--json]
+    python benchmarks/bench_formats.py [--tokens 8192] [--layers 48] [--top-k 8] [--num-experts 128] [--json]
 
 Times are medians of --repeat runs on whatever machine this is: compare rows, not absolute numbers.
 """
