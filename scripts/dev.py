@@ -101,7 +101,9 @@ def ensure_env(*, dev: bool) -> Path:
     pip = [str(python), "-m", "pip"]
     # Dependency groups (PEP 735) need pip >= 25.1.
     _run([*pip, "install", "--quiet", "--upgrade", "pip>=25.1"])
-    extras = ["fast"]
+    # The suite exercises every light extra (zstd for Fireworks r3/v1, plot for `inspect --plot`); the demo needs
+    # only the fast base64.
+    extras = ["fast", "zstd", "plot"] if dev else ["fast"]
     if settings["install"] == "wheel":
         dist = env_dir / "dist"
         shutil.rmtree(dist, ignore_errors=True)

@@ -15,7 +15,11 @@ The public API, by concern:
 
 Adapters live in submodules that import their framework only when used: ``r3wire.torch`` (tensors in and out),
 ``r3wire.vllm`` (routes and sampled logprobs from vLLM outputs); see ``docs/adapters.md``.
+Other engines' formats: ``r3wire.formats`` (imported on first use).
 """
+
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from r3wire._version import __version__
 from r3wire.arrays import decode_array, encode_array
@@ -75,3 +79,14 @@ __all__ = [
     "unpack_routes",
     "validate_routes",
 ]
+
+
+if _TYPE_CHECKING:
+    from r3wire import formats as formats
+
+
+def __getattr__(name: str) -> object:
+    # `r3wire.formats` without importing it (and its format tables) at `import r3wire`.
+    if name == "formats":
+        return _importlib.import_module("r3wire.formats")
+    raise AttributeError(f"module 'r3wire' has no attribute {name!r}")

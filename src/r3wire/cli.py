@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
+from typing import Any
+
+from r3wire.errors import R3WireError
 
 __all__ = ["main"]
 
@@ -23,6 +27,68 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read_input(args: argparse.Namespace) -> tuple[Any, int]:
+    from r3wire import formats  # noqa: PLC0415
+    from r3wire.formats._inspect import load_payload  # noqa: PLC0415
+
+    raw = sys.stdin.buffer.read() if args.file == "-" else _read_file(args.file)
+    result = formats.read(
+        load_payload(raw),
+        args.format,
+        num_layers=args.num_layers,
+        top_k=args.top_k,
+        dtype=args.dtype,
+        num_experts=args.num_experts,
+    )
+    return result, len(raw)
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import orjson  # noqa: PLC0415
+
+    from r3wire.formats._inspect import plot_load, summarize  # noqa: PLC0415
+
+    result, size = _read_input(args)
+    summary = summarize(result, size)
+    if args.plot:
+        plot_load(summary, args.plot)
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(summary.to_json()) + b"\n")
+    else:
+        print(summary.to_text())
+    return 0
+
+
+def _convert(args: argparse.Namespace) -> int:
+    import orjson  # noqa: PLC0415
+
+    from r3wire import formats  # noqa: PLC0415
+
+    result, _ = _read_input(args)
+    out = formats.write(result, args.to, dtype=args.to_dtype, num_experts=args.num_experts)
+    sys.stdout.buffer.write((orjson.dumps(out) if isinstance(out, dict) else out.encode("ascii")) + b"\n")
+    return 0
+
+
+def _add_input_arguments(command: argparse.ArgumentParser, format_names: Sequence[str]) -> None:
+    command.add_argument("file", metavar="FILE", help="the payload file, or - for standard input")
+    command.add_argument(
+        "--format",
+        default="auto",
+        choices=["auto", *format_names],
+        help="the input format (default: auto-detect where unambiguous)",
+    )
+    command.add_argument("--num-layers", type=int, help="layers per row (needed by sglang and fireworks-r3v1)")
+    command.add_argument("--top-k", type=int, help="experts per layer (needed by sglang and fireworks-r3v1)")
+    command.add_argument("--dtype", help="sglang bare string element type (default: int32)")
+    command.add_argument("--num-experts", type=int, help="the model's expert count: ids must be below it")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``r3wire`` command."""
     parser = argparse.ArgumentParser(prog="r3wire", description="Wire codec for MoE routed-expert arrays.")
@@ -34,6 +100,20 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--num-experts", type=int, default=128, help="experts per layer (default: 128)")
     demo.add_argument("--repeat", type=int, default=5, help="timing repetitions (default: 5)")
     demo.set_defaults(handler=_demo)
+
+    # Format names are listed here without importing r3wire.formats, so `r3wire --help` stays fast.
+    format_names = ["r3wire", "skyrl", "sglang", "vllm-npy", "nemo-rl", "prime-rl", "prime-rl-b85", "fireworks-r3v1"]
+    inspect = commands.add_parser("inspect", help="show a routed-experts payload's format, shape, ids and load")
+    _add_input_arguments(inspect, format_names)
+    inspect.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    inspect.add_argument("--plot", metavar="FILE.png", help="draw the layers x experts load heatmap (needs matplotlib)")
+    inspect.set_defaults(handler=_inspect)
+
+    convert = commands.add_parser("convert", help="rewrite a routed-experts payload in another format, to stdout")
+    _add_input_arguments(convert, format_names)
+    convert.add_argument("--to", default="r3wire", choices=format_names, help="the output format (default: r3wire)")
+    convert.add_argument("--to-dtype", help="the output element type, where the format allows a choice")
+    convert.set_defaults(handler=_convert)
     return parser
 
 
@@ -41,5 +121,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status (0 success, 2 bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    code: int = args.handler(args)
+    try:
+        code: int = args.handler(args)
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, and keep Python from complaining again at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except (R3WireError, OSError, ImportError) as exc:
+        # Bad input is the user's to fix, not ours to debug: one line, no traceback, argparse's exit status.
+        message = " ".join(str(exc).split())
+        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        return 2
     return code

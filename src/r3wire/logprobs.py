@@ -57,7 +57,7 @@ class ClampResult(NamedTuple):
     num_clamped: int
 
 
-def _check_floor(floor: object, dtype: np.dtype[Any] | None = None) -> float:
+def check_floor(floor: object, dtype: np.dtype[Any] | None = None) -> float:
     """Return ``floor`` as a ``float`` if it is finite and, when ``dtype`` is given, exactly representable in it.
 
     Raises:
@@ -120,7 +120,7 @@ def _sequence_to_array(values: Sequence[object], field: str) -> np.ndarray[Any, 
     return np.array(values, dtype=np.float64)
 
 
-def _as_float_array(values: object, field: str = "values") -> tuple[np.ndarray[Any, Any], bool]:
+def as_float_array(values: object, field: str = "values") -> tuple[np.ndarray[Any, Any], bool]:
     """``values`` as a float16/32/64 NumPy array: arrays and tensors as they are, sequences as float64.
 
     Missing entries (None) of a sequence become NaN. Returns the array and whether it is a new one (``False``
@@ -144,7 +144,7 @@ def _as_float_array(values: object, field: str = "values") -> tuple[np.ndarray[A
     )
 
 
-def _check_request_id(request_id: object) -> str | None:
+def check_request_id(request_id: object) -> str | None:
     """Return ``request_id`` if it is ``None`` or a string.
 
     Raises:
@@ -192,9 +192,9 @@ def clamp_logprobs(values: Any, *, floor: float = LOGPROB_FLOOR, request_id: str
         R3WireError: ``floor`` is not finite or not exactly representable in the output dtype, or
             ``request_id`` is not a string.
     """
-    request_id = _check_request_id(request_id)
-    array, fresh = _as_float_array(values)
-    floor = _check_floor(floor, array.dtype)
+    request_id = check_request_id(request_id)
+    array, fresh = as_float_array(values)
+    floor = check_floor(floor, array.dtype)
     result = _clamp(array, fresh=fresh, floor=floor)
     if result.num_clamped and request_id is not None:
         _warn_clamped(result.num_clamped, array.size, floor, request_id)
@@ -264,16 +264,16 @@ def encode_logprobs(
             not finite; the message names the first offending position.
         R3WireError: ``floor`` or ``request_id`` is invalid.
     """
-    request_id = _check_request_id(request_id)
+    request_id = check_request_id(request_id)
     if not isinstance(clamp, bool):
         raise R3WireError.make("clamp", "a bool", clamp)
-    array, fresh = _as_float_array(values, field="logprobs")
+    array, fresh = as_float_array(values, field="logprobs")
     if array.dtype.itemsize == 2:
         raise EncodeError.make(
             "logprobs.dtype", "float32 or float64 (float16.astype(np.float32) is exact)", "float16", raw=True
         )
     name = wire_dtype_name(array.dtype, field="logprobs", allowed=LOGPROB_DTYPES)
-    floor = _check_floor(floor, array.dtype)
+    floor = check_floor(floor, array.dtype)
     if clamp:
         array, num_clamped = _clamp(array, fresh=fresh, floor=floor)
         if num_clamped:
@@ -358,7 +358,7 @@ def build_logprobs_content(values: Any) -> dict[str, list[dict[str, float]]]:
     """
     if isinstance(values, ClampResult):
         values = values.values
-    array, _ = _as_float_array(values, field="logprobs")
+    array, _ = as_float_array(values, field="logprobs")
     if array.ndim != 1:
         raise EncodeError.make(
             "logprobs", "a 1-d array (one logprob per token)", f"shape {list(array.shape)}", raw=True
@@ -397,8 +397,8 @@ def read_logprobs_content(
         DecodeError: the payload is not such an object, or a logprob is neither a number nor ``null``.
         R3WireError: ``floor`` or ``request_id`` is invalid.
     """
-    request_id = _check_request_id(request_id)
-    floor = _check_floor(floor, np.dtype(np.float64))
+    request_id = check_request_id(request_id)
+    floor = check_floor(floor, np.dtype(np.float64))
     obj = load_object(payload, what='a logprobs object {"content": [{"logprob": ...}, ...]}')
     if KEY_CONTENT not in obj:
         raise DecodeError.make(KEY_CONTENT, 'present (an array of {"logprob": ...} entries)', "no such key", raw=True)

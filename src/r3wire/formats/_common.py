@@ -1,0 +1,273 @@
+"""Shared by every format module: the read result, options, base64 sizing, id checks and writer dtype rules.
+
+Readers reuse the core's checks (:mod:`r3wire._validate`, :func:`r3wire._base64.b64decode_strict`,
+:func:`r3wire._envelope.decode_data`) so every format fails the same way on the same kind of problem: sizes are
+checked before anything is decoded or allocated, and every error is a :class:`DecodeError` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from r3wire._arraylike import as_numpy
+from r3wire._base64 import b64decode_strict, b64encode_text
+from r3wire._envelope import to_wire_bytes
+from r3wire._validate import check_element_count, check_int
+from r3wire.errors import DecodeError, EncodeError, R3WireError
+from r3wire.schema import WIRE_DTYPES
+
+__all__ = [
+    "MISSING_ROUTE",
+    "ReadOptions",
+    "ReadResult",
+    "WriteOptions",
+    "array_from_buffer",
+    "b64_array",
+    "b64_decoded_length",
+    "check_ids",
+    "checked_num_experts",
+    "choose_dtype",
+    "decode_b64_array",
+    "first_index",
+    "mapping_get",
+    "prepared_routes",
+    "text_of",
+]
+
+ROUTES_NDIM: Final = 3
+
+MISSING_ROUTE: Final = -1
+"""NeMo-RL's sentinel: a (token, layer) whose top-k slots are all -1 has no recorded route."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class ReadResult:
+    """What :func:`r3wire.formats.read` returns: the routes and what the format said about them.
+
+    Attributes:
+        routes: ``[rows, layers, top_k]``, writable, C-contiguous, native byte order, in the element type the
+            payload carried (uint8, uint16, int8, int16, int32, ...; not converted).
+        format: the format name the payload was read as (e.g. ``"vllm-npy"``).
+        start: the sequence position of row 0 when the format carries one (prime-rl ``start``, Fireworks
+            SUFFIX ``replay_start_token``); ``None`` when it does not.
+        mask: Fireworks BITMAP only: ``mask[i]`` is true when row ``i`` was replayed; rows where it is false
+            hold zeros that were never on the wire. ``None`` when every row was sent.
+        total_tokens: the sequence length the payload declares (Fireworks ``total_token_count``), if any.
+    """
+
+    routes: np.ndarray[Any, Any]
+    format: str
+    start: int | None = None
+    mask: np.ndarray[Any, Any] | None = None
+    total_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReadOptions:
+    """What the caller knows beyond the payload, checked once by :func:`r3wire.formats.read`."""
+
+    num_layers: int | None = None
+    top_k: int | None = None
+    dtype: str | None = None
+    num_experts: int | None = None
+    max_elements: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WriteOptions:
+    """What :func:`r3wire.formats.write` passes to a writer besides the routes."""
+
+    start: int | None = None
+    mask: np.ndarray[Any, Any] | None = None
+    total_tokens: int | None = None
+    dtype: str | None = None
+    num_experts: int | None = None
+
+
+def text_of(payload: object, field: str) -> str | bytes | bytearray | memoryview:
+    """``payload`` if it is text (``str`` or bytes-like), else a :class:`DecodeError`."""
+    if isinstance(payload, (str, bytes, bytearray, memoryview)):
+        return payload
+    raise DecodeError.make(field, "a base64 string", type(payload).__name__, raw=True)
+
+
+def b64_decoded_length(text: str | bytes | bytearray | memoryview, field: str) -> int:
+    """The number of bytes padded base64 ``text`` decodes to, from its length and padding alone.
+
+    Raises:
+        DecodeError: the length is not a multiple of 4.
+    """
+    size = len(text)
+    if size % 4:
+        raise DecodeError.make(field, "padded base64 (a multiple of 4 characters)", f"{size} characters", raw=True)
+    if size == 0:
+        return 0
+    tail = text[-2:]
+    tail_bytes = tail.encode("ascii", "replace") if isinstance(tail, str) else bytes(tail)
+    return size // 4 * 3 - tail_bytes.count(b"=")
+
+
+def decode_b64_array(
+    text: str | bytes | bytearray | memoryview,
+    dtype: str,
+    shape: Sequence[int],
+    *,
+    field: str,
+    max_elements: int | None,
+) -> np.ndarray[Any, Any]:
+    """Decode strict base64 holding a little-endian ``dtype`` array of ``shape``; size checked first.
+
+    Raises:
+        DecodeError: the element count breaks ``max_elements``, or the text is not the canonical base64 of
+            exactly ``prod(shape)`` elements.
+    """
+    shape = tuple(shape)
+    wire_dtype = WIRE_DTYPES[dtype]
+    count = check_element_count(shape, max_elements)
+    buffer = b64decode_strict(text, count * wire_dtype.itemsize, field=field)
+    return array_from_buffer(buffer, wire_dtype, shape)
+
+
+def array_from_buffer(
+    buffer: bytes | bytearray | memoryview, dtype: np.dtype[Any], shape: Sequence[int], *, offset: int = 0
+) -> np.ndarray[Any, Any]:
+    """View ``buffer[offset:]`` as ``dtype`` (any byte order) and return it writable, aligned, C-contiguous and
+    in native byte order, copying only when one of those does not already hold.
+
+    The caller has checked that the buffer holds exactly ``prod(shape)`` elements after ``offset``.
+    """
+    array: np.ndarray[Any, Any] = np.frombuffer(buffer, dtype=dtype, offset=offset)
+    if not dtype.isnative:
+        array = array.astype(dtype.newbyteorder("="))
+    elif not (array.flags.writeable and array.flags.aligned):
+        # The stdlib base64 back end returns immutable bytes; pybase64 decodes into a bytearray, no copy.
+        array = array.copy()
+    return array.reshape(tuple(shape))
+
+
+def first_index(mask: np.ndarray[Any, Any]) -> list[int]:
+    """The index of the first true element of ``mask``, as a list for error messages."""
+    return [int(i) for i in np.argwhere(mask)[0]]
+
+
+def check_ids(
+    routes: np.ndarray[Any, Any],
+    field: str,
+    *,
+    num_experts: int | None,
+    missing_sentinel: bool = False,
+    error: type[R3WireError] = DecodeError,
+) -> None:
+    """Check that ids are non-negative (and below ``num_experts`` when given).
+
+    With ``missing_sentinel``, a top-k row that is entirely -1 is a missing route and allowed; a row that is
+    only partly negative is corruption.
+
+    Raises:
+        DecodeError: (or ``error``) naming the first offending index.
+    """
+    if routes.size == 0:
+        return
+    # At most one min and one max pass; the masks that locate a bad id are built only when there is one.
+    if routes.dtype.kind == "i" and int(routes.min()) < 0:
+        negative = routes < 0
+        if missing_sentinel:
+            missing = (routes == MISSING_ROUTE).all(axis=-1, keepdims=True)
+            bad = negative & ~missing
+            if bad.any():
+                where = first_index(bad)
+                raise error.make(
+                    f"{field}{where}",
+                    "a non-negative expert id, or -1 in every top-k slot of the row (missing route)",
+                    int(routes[tuple(where)]),
+                )
+        else:
+            where = first_index(negative)
+            raise error.make(f"{field}{where}", "a non-negative expert id", int(routes[tuple(where)]))
+    if num_experts is not None:
+        high = int(routes.max())
+        if high >= num_experts:
+            where = first_index(routes >= num_experts)
+            raise error.make(f"{field}{where}", f"an expert id below num_experts={num_experts}", high)
+
+
+def prepared_routes(
+    routes: object,
+    *,
+    num_experts: int | None,
+    missing_sentinel: bool = False,
+) -> tuple[np.ndarray[Any, Any], int, int]:
+    """``routes`` as a checked 3-d integer NumPy array, with its smallest and largest id (0, 0 when empty).
+
+    With ``missing_sentinel`` the smallest id is -1 when there are missing-route rows.
+
+    Raises:
+        EncodeError: not a 3-d integer array, a negative id, or an id at or above ``num_experts``.
+    """
+    arr = as_numpy(routes, field="routes")
+    if arr.dtype.kind not in "iu":
+        raise EncodeError.make("routes.dtype", "an integer dtype", str(arr.dtype), raw=True)
+    if arr.ndim != ROUTES_NDIM:
+        raise EncodeError.make("routes", "a 3-d array [rows, layers, top_k]", f"shape {list(arr.shape)}", raw=True)
+    if arr.size == 0:
+        return arr, 0, 0
+    low, high = int(arr.min()), int(arr.max())
+    if low < 0 or (num_experts is not None and high >= num_experts):
+        # Raises, naming the first bad id, unless every negative is a missing-route row.
+        check_ids(arr, "routes", num_experts=num_experts, missing_sentinel=missing_sentinel, error=EncodeError)
+    return arr, low, high
+
+
+def choose_dtype(
+    low: int,
+    high: int,
+    *,
+    requested: str | None,
+    allowed: Collection[str],
+    ladder: Sequence[str],
+    format_name: str,
+) -> str:
+    """The wire dtype of a writer: ``requested`` if given (it must be allowed and hold every id), else the first
+    dtype of ``ladder`` that holds ``low .. high``.
+
+    Raises:
+        EncodeError: the requested dtype is not allowed or too narrow, or no dtype of the ladder fits.
+    """
+    if requested is not None:
+        if requested not in allowed:
+            raise EncodeError.make("dtype", f"one of {list(allowed)} ({format_name})", requested)
+        info = np.iinfo(WIRE_DTYPES[requested])
+        if low < info.min or high > info.max:
+            raise EncodeError.make(
+                "dtype", f"a dtype holding ids {low}..{high} ({requested} holds {info.min}..{info.max})", requested
+            )
+        return requested
+    for name in ladder:
+        info = np.iinfo(WIRE_DTYPES[name])
+        if info.min <= low and high <= info.max:
+            return name
+    raise EncodeError.make("routes", f"ids that fit one of {list(ladder)} ({format_name})", f"{low}..{high}", raw=True)
+
+
+def b64_array(arr: np.ndarray[Any, Any], dtype: str) -> str:
+    """The padded standard base64 of ``arr`` as little-endian ``dtype``, in C order."""
+    wire = to_wire_bytes(arr, dtype)
+    return b64encode_text(wire.reshape(-1).view(np.uint8).data)
+
+
+def checked_num_experts(value: int | None, error: type[R3WireError]) -> int | None:
+    """``num_experts`` checked to be an integer in ``1 .. 2**31``, or ``None``."""
+    if value is None:
+        return None
+    return check_int(value, "num_experts", minimum=1, maximum=1 << 31, error=error)
+
+
+def mapping_get(obj: Mapping[str, Any], key: str) -> Any:
+    """``obj[key]``, or a :class:`DecodeError` saying the key is missing."""
+    if key not in obj:
+        raise DecodeError.make(key, "present", "no such key", raw=True)
+    return obj[key]

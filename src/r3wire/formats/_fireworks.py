@@ -1,0 +1,246 @@
+"""Fireworks ``r3/v1`` router-replay payloads: base64 of a zstd frame holding a 32-byte little-endian header,
+a token selector and the replayed tokens' ``[layers, top_k]`` matrices back to back.
+
+Layout from eval-protocol/python-sdk ``eval_protocol/adapters/r3_deserializer.py`` (see ``docs/formats.md``).
+The header carries no layer count or top-k: the caller supplies both. Fireworks counts MoE layers only.
+
+Decompression is bounded: a frame declaring more than :data:`MAX_DECOMPRESSED_BYTES` is refused before it is
+decompressed, the r3/v1 header is read first, and then exactly the bytes it declares are decompressed, in
+chunks, so a small payload can never make the reader allocate more than it actually inflates to.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import struct
+from typing import Any, Final
+
+import numpy as np
+
+from r3wire._base64 import b64decode_strict, b64encode_text
+from r3wire._validate import check_element_count
+from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
+from r3wire.formats._common import (
+    ReadOptions,
+    ReadResult,
+    WriteOptions,
+    array_from_buffer,
+    b64_decoded_length,
+    check_ids,
+    choose_dtype,
+    prepared_routes,
+    text_of,
+)
+
+__all__ = [
+    "HEADER",
+    "MAX_DECOMPRESSED_BYTES",
+    "R3V1_MAGIC",
+    "ZSTD_MAGIC",
+    "ZSTD_MAGIC_B64",
+    "read_fireworks",
+    "write_fireworks",
+]
+
+HEADER: Final = struct.Struct("<4sBBBBIIIIQ")
+"""magic, version, selector_mode, routing_dtype, flags, total_token_count, replayed_token_count,
+replay_start_token, selector_byte_length, matrix_byte_length: 32 bytes, little-endian."""
+R3V1_MAGIC: Final = b"R3V1"
+R3V1_VERSION: Final = 1
+SELECTOR_ALL: Final = 0
+SELECTOR_SUFFIX: Final = 1
+SELECTOR_BITMAP: Final = 2
+_SELECTOR_NAMES: Final = {SELECTOR_ALL: "ALL", SELECTOR_SUFFIX: "SUFFIX", SELECTOR_BITMAP: "BITMAP"}
+DTYPE_CODES: Final = {1: "uint8", 2: "uint16"}
+_CODE_OF: Final = {name: code for code, name in DTYPE_CODES.items()}
+# The reference tests write 0x01 with the comment "flags: little-endian"; the reference decoder ignores flags.
+FLAG_LITTLE_ENDIAN: Final = 0x01
+ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
+ZSTD_MAGIC_B64: Final = "KLUv/"  # the first five base64 characters of any text starting with ZSTD_MAGIC
+MAX_DECOMPRESSED_BYTES: Final = 1 << 30
+"""The most an r3/v1 payload may inflate to (1 GiB: a 32k-token Kimi-K2 sequence is 32 MB)."""
+_U32: Final = (1 << 32) - 1
+_FIRST_CHUNK: Final = 1 << 16
+
+
+def _zstandard() -> Any:
+    try:
+        return importlib.import_module("zstandard")
+    except ImportError as exc:
+        raise ImportError("the fireworks-r3v1 format needs the zstandard package: pip install 'r3wire[zstd]'") from exc
+
+
+def _field_error(field: str, expected: str, got: object) -> R3WireError:
+    return DecodeError.make(field, expected, got)
+
+
+class _Inflater:
+    """Reads exactly the bytes asked for from a (possibly multi-frame) zstd stream, growing its buffer only as
+    fast as data actually arrives."""
+
+    def __init__(self, zstd: Any, compressed: bytes | bytearray | memoryview) -> None:
+        self._zstd = zstd
+        self._reader = zstd.ZstdDecompressor().stream_reader(io.BytesIO(compressed), read_across_frames=True)
+
+    def read(self, nbytes: int, what: str) -> bytearray:
+        out = bytearray()
+        while len(out) < nbytes:
+            want = min(nbytes - len(out), max(_FIRST_CHUNK, len(out)))
+            chunk = self._call(self._reader.read, want)
+            if not chunk:
+                raise DecodeError.make(
+                    "payload", f"{nbytes} bytes of {what} after decompression", f"{len(out)} bytes", raw=True
+                )
+            out += chunk
+        return out
+
+    def at_end(self) -> bool:
+        return not self._call(self._reader.read, 1)
+
+    def _call(self, method: Any, *args: Any) -> bytes:
+        try:
+            data: bytes = method(*args)
+        except self._zstd.ZstdError as exc:
+            raise DecodeError.make("payload", "a valid zstd stream", str(exc), raw=True) from exc
+        return data
+
+
+def _compressed_bytes(payload: object) -> bytes | bytearray | memoryview:
+    raw = text_of(payload, "payload")
+    if not isinstance(raw, str) and bytes(raw[: len(ZSTD_MAGIC)]) == ZSTD_MAGIC:
+        return raw
+    return b64decode_strict(raw, b64_decoded_length(raw, "payload"), field="payload")
+
+
+def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
+    """Read an ``r3/v1`` payload: base64 text of the zstd frame(s), or the compressed bytes themselves.
+
+    Returns (see :class:`ReadResult`): ALL → every token's row, ``start`` None; SUFFIX → the replayed rows only,
+    ``start`` = ``replay_start_token``; BITMAP → ``total_token_count`` rows with ``mask``, unreplayed rows zero.
+    ``total_tokens`` is the header's ``total_token_count`` in every mode.
+
+    Raises:
+        ImportError: the ``zstd`` extra (zstandard) is not installed.
+    """
+    compressed = _compressed_bytes(payload)
+    if bytes(compressed[: len(ZSTD_MAGIC)]) != ZSTD_MAGIC:
+        raise DecodeError.make("payload", "a zstd frame (magic 28 b5 2f fd)", bytes(compressed[:4]).hex(" "), raw=True)
+    if opts.num_layers is None or opts.top_k is None:
+        raise R3WireError.make(
+            "num_layers, top_k", "given for Fireworks r3/v1 (its header has neither)", "None", raw=True
+        )
+    zstd = _zstandard()
+    try:
+        declared = int(zstd.frame_content_size(compressed))
+    except zstd.ZstdError as exc:
+        raise DecodeError.make("payload", "a valid zstd frame header", str(exc), raw=True) from exc
+    if declared > MAX_DECOMPRESSED_BYTES:  # -1 (size not recorded) falls through to the header's own sizes
+        raise DecodeError.make(
+            "payload", f"a zstd frame of at most {MAX_DECOMPRESSED_BYTES} bytes", f"{declared} bytes", raw=True
+        )
+    inflater = _Inflater(zstd, compressed)
+    fields = HEADER.unpack(bytes(inflater.read(HEADER.size, "r3/v1 header")))
+    magic, version, mode, code, _flags, total, replayed, first, selector_len, matrix_len = fields
+    if magic != R3V1_MAGIC:
+        raise _field_error("magic", repr(R3V1_MAGIC), magic)
+    if version != R3V1_VERSION:
+        raise UnsupportedVersionError(
+            f"version {version} of Fireworks r3/v1 is not supported; this release reads version {R3V1_VERSION}",
+            field="version",
+            version=version,
+            supported=(R3V1_VERSION,),
+        )
+    if mode not in _SELECTOR_NAMES:
+        raise _field_error("selector_mode", "0 (ALL), 1 (SUFFIX) or 2 (BITMAP)", mode)
+    if code not in DTYPE_CODES:
+        raise _field_error("routing_dtype", "1 (uint8) or 2 (uint16)", code)
+    dtype = np.dtype(DTYPE_CODES[code]).newbyteorder("<")
+    if mode == SELECTOR_ALL and replayed != total:
+        raise _field_error("replayed_token_count", f"total_token_count={total} in ALL mode", replayed)
+    if mode == SELECTOR_SUFFIX and first + replayed > total:
+        raise _field_error(
+            "replay_start_token", f"at most total_token_count - replayed_token_count = {total - replayed}", first
+        )
+    if mode == SELECTOR_BITMAP and selector_len != -(-total // 8):
+        raise _field_error("selector_byte_length", f"ceil(total_token_count / 8) = {-(-total // 8)}", selector_len)
+    expected_matrix = replayed * opts.num_layers * opts.top_k * dtype.itemsize
+    if matrix_len != expected_matrix:
+        raise _field_error(
+            "matrix_byte_length",
+            f"{expected_matrix} ({replayed} replayed tokens x {opts.num_layers} layers x {opts.top_k} top_k x "
+            f"{dtype.itemsize} bytes)",
+            matrix_len,
+        )
+    rows = total if mode == SELECTOR_BITMAP else replayed
+    check_element_count((rows, opts.num_layers, opts.top_k), opts.max_elements)
+    body_len = selector_len + matrix_len
+    if HEADER.size + body_len > MAX_DECOMPRESSED_BYTES:
+        raise DecodeError.make(
+            "payload",
+            f"at most {MAX_DECOMPRESSED_BYTES} bytes after decompression",
+            f"a header declaring {HEADER.size + body_len}",
+            raw=True,
+        )
+    body = inflater.read(body_len, "selector and matrices")
+    if not inflater.at_end():
+        raise DecodeError.make("payload", "nothing after the declared matrices", "more data", raw=True)
+    matrix = array_from_buffer(body, dtype, (replayed, opts.num_layers, opts.top_k), offset=selector_len)
+    if mode != SELECTOR_BITMAP:
+        check_ids(matrix, "matrix", num_experts=opts.num_experts)
+        start = first if mode == SELECTOR_SUFFIX else None
+        return ReadResult(routes=matrix, format="fireworks-r3v1", start=start, total_tokens=total)
+    bits = np.unpackbits(np.frombuffer(body, dtype=np.uint8, count=selector_len), bitorder="little")
+    mask = bits[:total].astype(bool)
+    if int(mask.sum()) != replayed:
+        raise _field_error("selector", f"{replayed} set bits (replayed_token_count)", int(mask.sum()))
+    check_ids(matrix, "matrix", num_experts=opts.num_experts)
+    routes = np.zeros((total, opts.num_layers, opts.top_k), dtype=dtype.newbyteorder("="))
+    routes[mask] = matrix
+    return ReadResult(routes=routes, format="fireworks-r3v1", mask=mask, total_tokens=total)
+
+
+def write_fireworks(routes: object, opts: WriteOptions) -> str:
+    """Write an ``r3/v1`` payload: BITMAP when a ``mask`` is given (unmasked rows are not sent), SUFFIX when a
+    ``start`` is given (``total_tokens`` defaults to ``start + rows``), ALL otherwise; uint8 if the ids (or
+    ``num_experts - 1``) fit, else uint16.
+
+    Raises:
+        EncodeError: ids above 65535, counts beyond 32 bits, or inconsistent ``start``/``mask``/``total_tokens``.
+        ImportError: the ``zstd`` extra (zstandard) is not installed.
+    """
+    arr, low, high = prepared_routes(routes, num_experts=opts.num_experts)
+    if opts.num_experts is not None and opts.dtype is None:
+        high = max(high, opts.num_experts - 1)
+    name = choose_dtype(
+        low, high, requested=opts.dtype, allowed=tuple(_CODE_OF), ladder=tuple(_CODE_OF), format_name="fireworks-r3v1"
+    )
+    rows = int(arr.shape[0])
+    selector = b""
+    first = 0
+    if opts.mask is not None:
+        if opts.start:
+            raise EncodeError.make("start", "0 or None with a mask (BITMAP covers the whole sequence)", opts.start)
+        mode, total, matrix = SELECTOR_BITMAP, rows, arr[opts.mask]
+        selector = np.packbits(opts.mask, bitorder="little").tobytes()
+    elif opts.start is not None:
+        mode, first, matrix = SELECTOR_SUFFIX, opts.start, arr
+        total = first + rows if opts.total_tokens is None else opts.total_tokens
+        if first + rows > total:
+            raise EncodeError.make("total_tokens", f"at least start + rows = {first + rows}", total)
+    else:
+        mode, total, matrix = SELECTOR_ALL, rows, arr
+    if opts.total_tokens is not None and opts.total_tokens != total:
+        raise EncodeError.make(
+            "total_tokens", f"{total} (the rows sent in {_SELECTOR_NAMES[mode]} mode)", opts.total_tokens
+        )
+    if total > _U32 or first > _U32:
+        raise EncodeError.make("total_tokens", f"at most {_U32} (a u32 in the r3/v1 header)", max(total, first))
+    wire = np.asarray(matrix, dtype=np.dtype(name).newbyteorder("<"), order="C")
+    header = HEADER.pack(
+        R3V1_MAGIC, R3V1_VERSION, mode, _CODE_OF[name], FLAG_LITTLE_ENDIAN, total, int(wire.shape[0]), first,
+        len(selector), wire.nbytes,
+    )  # fmt: skip
+    zstd = _zstandard()
+    compressed = zstd.ZstdCompressor().compress(header + selector + wire.tobytes())
+    return b64encode_text(memoryview(compressed))

@@ -1,0 +1,215 @@
+"""Property tests for r3wire.formats: every writer/reader pair round-trips any ids the format can hold, and every
+reader keeps the fuzzing promise: any input is either read or raises DecodeError, never another exception."""
+
+from __future__ import annotations
+
+import base64
+import io
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from r3wire import DecodeError
+from r3wire.formats import FORMATS, ReadResult, read, write
+
+pytestmark = pytest.mark.property
+
+try:
+    import zstandard
+except ImportError:  # the fireworks-r3v1 properties skip; the rest still run
+    zstandard = None
+
+NAMES = [name for name, fmt in FORMATS.items() if fmt.extra is None or zstandard is not None]
+# The largest id each format can carry (NeMo-RL, SGLang, prime-rl-b85 and the envelopes reach int32).
+HIGHEST = {"fireworks-r3v1": 65535}
+SOURCE_DTYPES = ["u1", "<u2", ">u2", "<i2", "<i4", ">i4", "<i8", ">u8"]
+
+
+@st.composite
+def routes_for(draw: st.DrawFn, name: str) -> np.ndarray[Any, Any]:
+    dtype: np.dtype[Any] = np.dtype(draw(st.sampled_from(SOURCE_DTYPES)))
+    high = min(int(np.iinfo(dtype.type).max), HIGHEST.get(name, 2**31 - 1))
+    shape = draw(hnp.array_shapes(min_dims=3, max_dims=3, min_side=0, max_side=5).filter(lambda s: s[1] and s[2]))
+    ids = st.one_of(
+        st.sampled_from([b for b in (0, 1, 127, 128, 255, 256, 32767, 65535, 2**31 - 1) if b <= high]),
+        st.integers(0, high),
+    )
+    array: np.ndarray[Any, Any] = draw(hnp.arrays(dtype, shape, elements=ids))
+    if draw(st.booleans()):
+        array = np.asfortranarray(array)
+    return array
+
+
+def _shape_args(routes: np.ndarray[Any, Any]) -> dict[str, Any]:
+    return {"num_layers": int(routes.shape[1]), "top_k": int(routes.shape[2])}
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_round_trip(name: str, data: st.DataObject) -> None:
+    routes = data.draw(routes_for(name))
+    payload = write(routes, name)
+    if isinstance(payload, dict):
+        payload = orjson.loads(orjson.dumps(payload))  # what actually crosses the wire
+    result = read(payload, name, **_shape_args(routes))
+    assert np.array_equal(result.routes, routes)
+    assert result.routes.shape == routes.shape
+    assert result.routes.flags.c_contiguous
+    assert result.routes.flags.writeable
+    # An empty base85 {data, shape} is indistinguishable from an empty prime-rl one; auto reads it as prime-rl.
+    detected = "prime-rl" if name == "prime-rl-b85" and routes.size == 0 else name
+    assert read(payload, **_shape_args(routes)).format == detected
+
+
+@given(st.lists(st.booleans(), min_size=0, max_size=20), st.integers(1, 3), st.integers(1, 3))
+def test_nemo_rl_mask_round_trip(mask: list[bool], layers: int, top_k: int) -> None:
+    routes = np.arange(len(mask) * layers * top_k, dtype=np.int32).reshape(len(mask), layers, top_k) % 100
+    keep = np.array(mask, dtype=bool)
+    result = read(write(routes, "nemo-rl", mask=keep))
+    assert np.array_equal(result.routes[keep], routes[keep])
+    assert (result.routes[~keep] == -1).all()
+
+
+@pytest.mark.skipif(zstandard is None, reason="fireworks-r3v1 needs zstandard (the zstd extra)")
+@given(st.lists(st.booleans(), min_size=0, max_size=40), st.integers(1, 3), st.integers(1, 3))
+def test_fireworks_bitmap_round_trip(mask: list[bool], layers: int, top_k: int) -> None:
+    routes = (np.arange(len(mask) * layers * top_k, dtype=np.int32).reshape(len(mask), layers, top_k) % 300) + 1
+    keep = np.array(mask, dtype=bool)
+    result = read(write(routes, "fireworks-r3v1", mask=keep), num_layers=layers, top_k=top_k)
+    assert result.mask is not None
+    assert result.mask.tolist() == mask
+    assert np.array_equal(result.routes[keep], routes[keep])
+    assert not result.routes[~keep].any()
+
+
+# --- the fuzzing promise --------------------------------------------------------------------------------------
+
+ROUTES = np.array([[[1, 0], [7, 3]], [[2, 5], [0, 6]], [[4, 4], [1, 2]]], dtype=np.int32)
+SHAPE: dict[str, Any] = {"num_layers": 2, "top_k": 2}
+
+
+def _only_decode_error(payload: Any, name: str, **kwargs: Any) -> None:
+    error: DecodeError | None = None
+    missing_extra: ImportError | None = None
+    try:
+        result = read(payload, name, **SHAPE, **kwargs)
+    except DecodeError as exc:
+        error = exc
+    except ImportError as exc:
+        missing_extra = exc
+    if missing_extra is not None:
+        # Without the zstd extra, an input detected as Fireworks r3/v1 says which extra to install.
+        assert zstandard is None
+        assert "r3wire[zstd]" in str(missing_extra)
+        return
+    if error is None:
+        assert isinstance(result, ReadResult)
+        assert result.routes.ndim == 3
+    else:
+        assert str(error)
+        assert error.field is None or isinstance(error.field, str)
+
+
+JSON_LEAVES = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.text(max_size=20)
+)
+JSON_VALUES = st.recursive(
+    JSON_LEAVES,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+ANYTHING = st.one_of(JSON_VALUES, st.binary(max_size=96), st.text(max_size=96))
+
+
+@pytest.mark.parametrize("name", [*NAMES, "auto"])
+@given(payload=ANYTHING)
+def test_arbitrary_input_raises_only_decode_error(name: str, payload: Any) -> None:
+    _only_decode_error(payload, name)
+
+
+def _valid(name: str) -> Any:
+    return write(ROUTES, name)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if isinstance(_valid(n), str)])
+@given(data=st.data())
+def test_corrupted_text_raises_only_decode_error(name: str, data: st.DataObject) -> None:
+    text = _valid(name)
+    where = data.draw(st.integers(0, len(text)))
+    noise = data.draw(st.text(alphabet=st.sampled_from("AZaz09+/=:x-_ \n\x00é{"), max_size=6))
+    cut = data.draw(st.integers(0, 6))
+    _only_decode_error(text[:where] + noise + text[where + cut :], name)
+    _only_decode_error((text[:where] + noise + text[where + cut :]).encode("utf-8"), name)
+
+
+KEYS = ["data", "shape", "dtype", "start", "schema", "version", "num_experts", "routed_experts", "routed_experts_dtype"]
+FIELD_VALUES = st.one_of(
+    JSON_VALUES,
+    st.sampled_from(["uint8", "uint16", "int16", "int32", "int8", "", "AAAA", "AA==", "0000", "~~~~~"]),
+    st.lists(st.integers(-3, 2**64), max_size=5),
+    st.integers(-2, 2**33),
+)
+
+
+@pytest.mark.parametrize("name", [*[n for n in NAMES if isinstance(_valid(n), dict)], "sglang"])
+@given(data=st.data())
+def test_mutated_objects_raise_only_decode_error(name: str, data: st.DataObject) -> None:
+    valid = write(ROUTES, name, dtype="uint8") if name == "sglang" else _valid(name)
+    assert isinstance(valid, dict)
+    obj = dict(valid)
+    for _ in range(data.draw(st.integers(1, 3))):
+        key = data.draw(st.sampled_from(KEYS))
+        if data.draw(st.booleans()):
+            obj.pop(key, None)
+        else:
+            obj[key] = data.draw(FIELD_VALUES)
+    for reader in (name, "auto"):
+        _only_decode_error(obj, reader)
+        if _jsonable(obj):
+            _only_decode_error(orjson.dumps(obj), reader)
+
+
+def _jsonable(obj: Any) -> bool:
+    try:
+        orjson.dumps(obj)
+    except TypeError:
+        return False
+    return True
+
+
+@given(st.binary(max_size=40), st.integers(0, 200))
+def test_corrupted_npy_bytes_raise_only_decode_error(noise: bytes, where: int) -> None:
+    out = io.BytesIO()
+    np.save(out, ROUTES.astype(np.uint8))
+    raw = bytearray(out.getvalue())
+    raw[where : where + len(noise)] = noise
+    _only_decode_error(bytes(raw), "vllm-npy")
+    _only_decode_error(base64.b64encode(bytes(raw)).decode(), "vllm-npy")
+
+
+@pytest.mark.skipif(zstandard is None, reason="fireworks-r3v1 needs zstandard (the zstd extra)")
+@given(st.binary(max_size=24), st.integers(0, 60), st.booleans())
+def test_corrupted_r3v1_blobs_raise_only_decode_error(noise: bytes, where: int, mask: bool) -> None:
+    assert zstandard is not None
+    keep = np.array([True, False, True]) if mask else None
+    text = write(ROUTES, "fireworks-r3v1", mask=keep)
+    blob = bytearray(zstandard.ZstdDecompressor().decompress(base64.b64decode(text)))
+    blob[where : where + len(noise)] = noise
+    compressed = zstandard.ZstdCompressor().compress(bytes(blob))
+    _only_decode_error(base64.b64encode(compressed).decode(), "fireworks-r3v1")
+    _only_decode_error(compressed, "fireworks-r3v1", max_elements=64)
+
+
+@given(st.lists(st.integers(0, 2**62), min_size=3, max_size=3), st.sampled_from(["uint8", "uint16", "int32"]))
+def test_claimed_shapes_never_allocate_beyond_the_text(shape: list[int], dtype: str) -> None:
+    for payload, name in (
+        ({"data": "AAAAAAAA", "shape": shape, "start": 0, "dtype": dtype}, "prime-rl"),
+        ({"data": "0000000000", "shape": shape}, "prime-rl-b85"),
+        (f"nrlre1:int16:{shape[0]}x{shape[1]}x{shape[2]}:AAAAAAAA", "nemo-rl"),
+    ):
+        _only_decode_error(payload, name)

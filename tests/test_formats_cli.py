@@ -1,0 +1,148 @@
+"""`r3wire inspect` and `r3wire convert`: what they print, and a one-line error with exit status 2 on bad input."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+from r3wire.cli import main
+from r3wire.formats import read, write
+from r3wire.synthetic import synthetic_routes
+
+ROUTES = synthetic_routes(40, layers=4, top_k=2, num_experts=64, seed=3)
+
+
+def _run(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "r3wire", *args], input=stdin, capture_output=True, check=False)
+
+
+def _file(tmp_path: Path, payload: Any, name: str = "payload") -> str:
+    path = tmp_path / name
+    if isinstance(payload, dict):
+        path.write_bytes(orjson.dumps(payload))
+    elif isinstance(payload, bytes):
+        path.write_bytes(payload)
+    else:
+        path.write_text(payload + "\n")
+    return str(path)
+
+
+def test_inspect_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, write(ROUTES, "prime-rl", start=9))
+    assert main(["inspect", "--json", path]) == 0
+    report = orjson.loads(capsys.readouterr().out)
+    assert report["format"] == "prime-rl"
+    assert report["shape"] == [40, 4, 2]
+    assert report["dtype"] == "uint8"
+    assert report["start"] == 9
+    assert (report["min"], report["max"]) == (int(ROUTES.min()), int(ROUTES.max()))
+    assert len(report["layers"]) == 4
+    layer0 = ROUTES[:, 0, :].ravel()
+    values, counts = np.unique(layer0, return_counts=True)
+    assert report["layers"][0]["distinct"] == len(values)
+    top_id, top_share = report["layers"][0]["top"][0]
+    assert top_share == pytest.approx(counts.max() / layer0.size, abs=1e-6)
+    assert counts[list(values).index(top_id)] == counts.max()
+
+
+def test_inspect_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, write(ROUTES, "nemo-rl"))
+    assert main(["inspect", path]) == 0
+    out = capsys.readouterr().out
+    assert "nemo-rl" in out
+    assert "[40, 4, 2]" in out
+    assert "layer   3:" in out
+
+
+def test_inspect_counts_missing_routes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    mask = np.ones(40, dtype=bool)
+    mask[5] = False
+    path = _file(tmp_path, write(ROUTES, "nemo-rl", mask=mask))
+    assert main(["inspect", "--json", path]) == 0
+    report = orjson.loads(capsys.readouterr().out)
+    assert report["missing_routes"] == 4  # one token x 4 layers
+    assert report["min"] >= 0
+
+
+def test_inspect_sglang_needs_the_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, write(ROUTES, "sglang"))
+    assert main(["inspect", path]) == 2
+    assert "num_layers and top_k" in capsys.readouterr().err
+    assert main(["inspect", "--json", "--num-layers", "4", "--top-k", "2", path]) == 0
+    assert orjson.loads(capsys.readouterr().out)["format"] == "sglang"
+
+
+def test_inspect_raw_npy_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = write(ROUTES, "vllm-npy")
+    path = _file(tmp_path, base64.b64decode(text), "routes.npy")
+    assert main(["inspect", "--json", path]) == 0
+    assert orjson.loads(capsys.readouterr().out)["format"] == "vllm-npy"
+
+
+@pytest.mark.parametrize("target", ["r3wire", "prime-rl", "vllm-npy", "nemo-rl", "sglang", "skyrl", "prime-rl-b85"])
+def test_convert_through_stdin_and_stdout(target: str) -> None:
+    source = write(ROUTES, "vllm-npy").encode()
+    out = _run("convert", "--to", target, "-", stdin=source)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout.strip()
+    payload: Any = orjson.loads(text) if text.startswith(b"{") else text.decode()
+    result = read(payload, target, num_layers=4, top_k=2)
+    assert np.array_equal(result.routes, ROUTES)
+
+
+def test_convert_defaults_to_the_r3wire_envelope(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, write(ROUTES, "nemo-rl"))
+    assert main(["convert", path]) == 0
+    envelope = orjson.loads(capsys.readouterr().out)
+    assert envelope["schema"] == "r3wire.routes"
+
+
+def test_convert_to_dtype(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, write(ROUTES, "prime-rl"))
+    assert main(["convert", "--to", "sglang", "--to-dtype", "uint16", path]) == 0
+    assert orjson.loads(capsys.readouterr().out)["routed_experts_dtype"] == "uint16"
+
+
+def test_convert_refuses_to_drop_a_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, write(ROUTES, "prime-rl", start=3))
+    assert main(["convert", "--to", "vllm-npy", path]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("r3wire: error: start must be 0 or None")
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin", "needle"),
+    [
+        (["inspect", "/nonexistent/file"], None, "No such file"),
+        (["inspect", "-"], b"nrlre1:int16:1x1x1:AAA", "data must be"),
+        (["inspect", "-"], b'{"data": "AA==", "shape": [1, 1], "start": 0}', "shape must be"),
+        (["inspect", "-"], b"\xff\xfe", "UTF-8"),
+        (["inspect", "--format", "sglang", "-"], b"AAAA", "num_layers"),
+        (["convert", "--to", "fireworks-r3v1", "-"], b"nrlre1:int32:1x1x1:AAABAA==", "uint16"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args: list[str], stdin: bytes | None, needle: str) -> None:
+    out = _run(*args, stdin=stdin)
+    assert out.returncode == 2
+    err = out.stderr.decode()
+    assert err.startswith("r3wire: error: ")
+    assert err.count("\n") == 1
+    assert needle in err
+    assert "Traceback" not in err
+    assert out.stdout == b""
+
+
+def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    path = _file(tmp_path, write(ROUTES, "prime-rl"))
+    image = tmp_path / "load.png"
+    assert main(["inspect", "--plot", str(image), path]) == 0
+    assert image.read_bytes().startswith(b"\x89PNG")
+    assert "prime-rl" in capsys.readouterr().out
