@@ -40,12 +40,21 @@ EXTRAS = ("fast",)
 
 
 def _toml_array(text: str, table: str, key: str) -> list[str]:
-    """The strings of ``key = [...]`` in ``[table]`` of a simple TOML file (tomllib is Python >= 3.11 only)."""
-    section = re.search(rf"^\[{re.escape(table)}\]\s*$(.*?)(?=^\[|\Z)", text, re.MULTILINE | re.DOTALL)
-    array = section and re.search(rf"^{re.escape(key)}\s*=\s*\[(.*?)\]", section.group(1), re.MULTILINE | re.DOTALL)
-    if not array:
+    """The strings of ``key = [...]`` in ``[table]`` of pyproject.toml (tomllib is Python >= 3.11 only).
+
+    Enough TOML for this file: double-quoted strings without escapes, ``#`` comments outside strings.
+    """
+    section = re.search(rf"^\[{re.escape(table)}\][ \t]*$(.*?)(?=^\[|\Z)", text, re.MULTILINE | re.DOTALL)
+    start = section and re.search(rf"^{re.escape(key)}\s*=\s*\[", section.group(1), re.MULTILINE)
+    if not section or not start:
         raise SystemExit(f"pyproject.toml: no {key} = [...] in [{table}]")
-    return re.findall(r'"([^"]+)"', array.group(1))
+    values: list[str] = []
+    for token in re.finditer(r'"([^"]*)"|#[^\n]*|(\])', section.group(1)[start.end() :]):
+        if token.group(2):
+            return values
+        if token.group(1) is not None:
+            values.append(token.group(1))
+    raise SystemExit(f"pyproject.toml: {key} = [ in [{table}] is not closed")
 
 
 def oldest_requirements() -> list[str]:
@@ -58,7 +67,7 @@ def oldest_requirements() -> list[str]:
     requirements = _toml_array(text, "project", "dependencies")
     for extra in EXTRAS:
         requirements += _toml_array(text, "project.optional-dependencies", extra)
-    pins = []
+    pins: list[str] = []
     for requirement in requirements:
         match = re.fullmatch(r"([A-Za-z0-9._-]+)\s*>=\s*([0-9][0-9.]*)", requirement)
         if not match:
@@ -83,7 +92,6 @@ def _settings() -> dict[str, str]:
         "install": os.environ.get("R3WIRE_INSTALL", "editable"),
         "deps": os.environ.get("R3WIRE_DEPS", "latest"),
         "with": os.environ.get("R3WIRE_WITH", ""),
-        "lint": os.environ.get("R3WIRE_LINT", "1"),
     }
 
 
@@ -138,7 +146,8 @@ def ensure_env(*, dev: bool) -> Path:
     stamp = _stamp(settings, dev)
     if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
         return python
-    if not python.exists():
+    # A wheel is tested in a new environment, as a user would install it: nothing left over from an earlier run.
+    if not python.exists() or settings["install"] == "wheel":
         if settings["python"] == sys.executable:
             venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
         else:
@@ -203,11 +212,9 @@ def test(args: list[str]) -> int:
     steps = [
         [str(python), "-m", "ruff", "check", *lint_paths],
         [str(python), "-m", "ruff", "format", "--check", *lint_paths],
-        [str(python), "-m", "mypy", "--strict", "src", "tests"],
+        [str(python), "-m", "mypy", "--strict", "src", "tests", "scripts"],
+        [str(python), "-m", "pytest", *args],
     ]
-    if settings["lint"] == "0":
-        steps = []
-    steps.append([str(python), "-m", "pytest", *args])
     env = dict(os.environ)
     # The suite must test what was installed (the wheel, in wheel mode), never src/ by accident;
     # tests/test_package.py checks which one it imported, so it must know which was meant.
@@ -227,7 +234,12 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
-    return commands[argv[0]](argv[1:])
+    try:
+        return commands[argv[0]](argv[1:])
+    except subprocess.CalledProcessError as exc:
+        # A failed install or build step: its own output above says why; no traceback of this script.
+        print(f"FAILED: {' '.join(map(str, exc.cmd))} (exit {exc.returncode})", file=sys.stderr, flush=True)
+        return exc.returncode or 1
 
 
 if __name__ == "__main__":
