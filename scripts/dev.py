@@ -10,8 +10,10 @@ Needs only Python >= 3.10 and access to PyPI. Everything goes into a virtual env
 Settings (environment variables, so CI runs exactly the same command with a different environment):
     R3WIRE_VENV     the virtual environment to use (default: .venv)
     R3WIRE_PYTHON   the interpreter that creates it (default: the one running this script)
-    R3WIRE_INSTALL  "editable" (default) or "wheel": build a wheel and test the installed wheel, not src/
-    R3WIRE_DEPS     "latest" (default) or "oldest": install the oldest numpy/orjson pyproject.toml claims
+    R3WIRE_INSTALL  "editable" (default) or "wheel": build an sdist and a wheel from it, check both
+                    (twine check --strict, scripts/check_dist.py), and test the installed wheel, not src/
+    R3WIRE_DEPS     "latest" (default) or "oldest": pin every runtime dependency (and the fast extra's) to the
+                    floor its ">=" in pyproject.toml claims
     R3WIRE_WITH     comma-separated optional stacks to add: "torch" (CPU torch), "vllm" (vLLM classes)
     R3WIRE_REQUIRE  comma-separated optional stacks whose tests must run, not skip (CI sets it)
 """
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -29,8 +32,49 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 CI_DIR = ROOT / ".ci"
 
-# The oldest releases of the runtime dependencies that pyproject.toml claims; CI tests them (R3WIRE_DEPS=oldest).
-OLDEST = ["numpy==1.24.4", "orjson==3.9.15", "pybase64==1.3.2"]
+PYPROJECT = ROOT / "pyproject.toml"
+# Linted when present; benchmarks/ is optional.
+LINT_PATHS = ("src", "tests", "benchmarks", "scripts")
+# The extras every test environment installs (zstd for Fireworks r3/v1, plot for `inspect --plot`); the floor
+# run pins their floors too.
+EXTRAS = ("fast", "zstd", "plot")
+
+
+def _toml_array(text: str, table: str, key: str) -> list[str]:
+    """The strings of ``key = [...]`` in ``[table]`` of pyproject.toml (tomllib is Python >= 3.11 only).
+
+    Enough TOML for this file: double-quoted strings without escapes, ``#`` comments outside strings.
+    """
+    section = re.search(rf"^\[{re.escape(table)}\][ \t]*$(.*?)(?=^\[|\Z)", text, re.MULTILINE | re.DOTALL)
+    start = section and re.search(rf"^{re.escape(key)}\s*=\s*\[", section.group(1), re.MULTILINE)
+    if not section or not start:
+        raise SystemExit(f"pyproject.toml: no {key} = [...] in [{table}]")
+    values: list[str] = []
+    for token in re.finditer(r'"([^"]*)"|#[^\n]*|(\])', section.group(1)[start.end() :]):
+        if token.group(2):
+            return values
+        if token.group(1) is not None:
+            values.append(token.group(1))
+    raise SystemExit(f"pyproject.toml: {key} = [ in [{table}] is not closed")
+
+
+def oldest_requirements() -> list[str]:
+    """``name==floor`` for every runtime dependency and every tested extra's, read from pyproject.toml.
+
+    pyproject.toml is the single source of the floors: each requirement there must be ``name>=version``, and the
+    floor run (R3WIRE_DEPS=oldest) installs exactly that version.
+    """
+    text = PYPROJECT.read_text(encoding="utf-8")
+    requirements = _toml_array(text, "project", "dependencies")
+    for extra in EXTRAS:
+        requirements += _toml_array(text, "project.optional-dependencies", extra)
+    pins: list[str] = []
+    for requirement in requirements:
+        match = re.fullmatch(r"([A-Za-z0-9._-]+)\s*>=\s*([0-9][0-9.]*)", requirement)
+        if not match:
+            raise SystemExit(f"pyproject.toml: {requirement!r} must be 'name>=version' so its floor can be tested")
+        pins.append(f"{match.group(1)}=={match.group(2)}")
+    return pins
 
 
 # The optional stacks R3WIRE_WITH can add, at the releases the adapter tests run against.
@@ -68,19 +112,44 @@ def _settings() -> dict[str, str]:
 
 def _stamp(settings: dict[str, str], dev: bool) -> str:
     digest = hashlib.sha256()
-    for name in ("pyproject.toml", ".ci/requirements-vllm.txt"):
+    for name in ("pyproject.toml", ".ci/requirements-vllm.txt", "scripts/check_dist.py"):
         path = ROOT / name
         if path.exists():
             digest.update(path.read_bytes())
     if settings["install"] == "wheel":
-        # A wheel is a snapshot of src/: rebuild it whenever any source file changes.
-        for path in sorted((ROOT / "src").rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                digest.update(str(path.relative_to(ROOT)).encode())
-                digest.update(path.read_bytes())
+        # The sdist and wheel are snapshots of the tree: rebuild them whenever a file that goes into them changes.
+        for top in ("src", "tests", "README.md", "LICENSE", "CHANGELOG.md"):
+            paths = [ROOT / top] if (ROOT / top).is_file() else sorted((ROOT / top).rglob("*"))
+            for path in paths:
+                if path.is_file() and "__pycache__" not in path.parts:
+                    digest.update(str(path.relative_to(ROOT)).encode())
+                    digest.update(path.read_bytes())
     digest.update(repr(sorted(settings.items())).encode())
     digest.update(b"dev" if dev else b"demo")
     return digest.hexdigest()
+
+
+def build_and_check(env_dir: Path) -> Path:
+    """Build the sdist, then the wheel from the sdist; check both; return the wheel.
+
+    Building the wheel from the sdist (what ``python -m build`` does by default) means a file missing from the
+    sdist makes a broken wheel, which the test run then catches. The build tools live in their own environment
+    so the test environment holds only what ``pip install r3wire`` brings plus the test tools.
+    """
+    tools = env_dir / "build-tools"
+    tools_python = _venv_python(tools)
+    if not tools_python.exists():
+        venv.EnvBuilder(with_pip=True, clear=True).create(tools)
+    pip = [str(tools_python), "-m", "pip"]
+    _run([*pip, "install", "--quiet", "--upgrade", "pip>=25.1"])
+    _run([*pip, "install", "--quiet", "--group", f"{PYPROJECT}:release"])
+    dist = env_dir / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    _run([str(tools_python), "-m", "build", "--outdir", str(dist), str(ROOT)])
+    artifacts = sorted(str(p) for p in dist.iterdir())
+    _run([str(tools_python), "-m", "twine", "check", "--strict", *artifacts])
+    _run([str(tools_python), str(ROOT / "scripts" / "check_dist.py"), str(dist)])
+    return next(dist.glob("r3wire-*.whl"))
 
 
 def ensure_env(*, dev: bool) -> Path:
@@ -93,7 +162,8 @@ def ensure_env(*, dev: bool) -> Path:
     stamp = _stamp(settings, dev)
     if python.exists() and stamp_file.exists() and stamp_file.read_text() == stamp:
         return python
-    if not python.exists():
+    # A wheel is tested in a new environment, as a user would install it: nothing left over from an earlier run.
+    if not python.exists() or settings["install"] == "wheel":
         if settings["python"] == sys.executable:
             venv.EnvBuilder(with_pip=True, clear=True).create(env_dir)
         else:
@@ -101,22 +171,25 @@ def ensure_env(*, dev: bool) -> Path:
     pip = [str(python), "-m", "pip"]
     # Dependency groups (PEP 735) need pip >= 25.1.
     _run([*pip, "install", "--quiet", "--upgrade", "pip>=25.1"])
-    # The suite exercises every light extra (zstd for Fireworks r3/v1, plot for `inspect --plot`); the demo needs
-    # only the fast base64.
-    extras = ["fast", "zstd", "plot"] if dev else ["fast"]
+    # The suite exercises every light extra; the demo needs only the fast base64.
+    extras = ",".join(EXTRAS) if dev else "fast"
     if settings["install"] == "wheel":
-        dist = env_dir / "dist"
-        shutil.rmtree(dist, ignore_errors=True)
-        _run([*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dist), str(ROOT)])
-        wheel = next(dist.glob("r3wire-*.whl"))
+        wheel = build_and_check(env_dir)
         _run([*pip, "uninstall", "--quiet", "--yes", "r3wire"])
-        target = [f"r3wire[{','.join(extras)}] @ {wheel.as_uri()}"]
+        target = [f"r3wire[{extras}] @ {wheel.as_uri()}"]
+    elif settings["install"] == "editable":
+        target = ["--editable", f"{ROOT}[{extras}]"]
     else:
-        target = ["--editable", f"{ROOT}[{','.join(extras)}]"]
-    group = ["--group", f"{ROOT / 'pyproject.toml'}:dev"] if dev else []
-    _run([*pip, "install", "--quiet", *target, *group])
+        raise SystemExit(f"R3WIRE_INSTALL must be 'editable' or 'wheel', got {settings['install']!r}")
+    group = ["--group", f"{PYPROJECT}:dev"] if dev else []
     if settings["deps"] == "oldest":
-        _run([*pip, "install", "--quiet", *OLDEST])
+        # Resolved together with r3wire, so a floor below what r3wire declares cannot be installed by accident.
+        pins = oldest_requirements()
+    elif settings["deps"] == "latest":
+        pins = []
+    else:
+        raise SystemExit(f"R3WIRE_DEPS must be 'latest' or 'oldest', got {settings['deps']!r}")
+    _run([*pip, "install", "--quiet", *target, *group, *pins])
     stacks = _stacks(settings["with"])
     if "torch" in stacks or "vllm" in stacks:
         # The CPU build: this machine's pip configuration provides it; elsewhere point PIP_EXTRA_INDEX_URL at
@@ -133,6 +206,20 @@ def ensure_env(*, dev: bool) -> Path:
     return python
 
 
+def _report_versions(python: Path) -> None:
+    """Print what is under test: the interpreter and the versions the resolver picked."""
+    code = (
+        "import sys, importlib.metadata as m\n"
+        "def v(n):\n"
+        "    try:\n"
+        "        return m.version(n)\n"
+        "    except m.PackageNotFoundError:\n"
+        "        return 'absent'\n"
+        "print('testing with Python', sys.version.split()[0], *(f'{n}=={v(n)}' for n in sys.argv[1:]))"
+    )
+    subprocess.run([str(python), "-c", code, "r3wire", "numpy", "orjson", "pybase64", "torch", "vllm"], check=True)
+
+
 def demo(args: list[str]) -> int:
     python = ensure_env(dev=False)
     return subprocess.run([str(python), "-m", "r3wire", "demo", *args], cwd=ROOT, check=False).returncode
@@ -140,17 +227,20 @@ def demo(args: list[str]) -> int:
 
 def test(args: list[str]) -> int:
     python = ensure_env(dev=True)
-    # benchmarks/ may not exist yet on every branch; ruff fails on a missing path.
-    lint = [d for d in ("src", "tests", "benchmarks", "scripts") if (ROOT / d).exists()]
+    _report_versions(python)
+    settings = _settings()
+    lint_paths = [p for p in LINT_PATHS if (ROOT / p).exists()]
     steps = [
-        [str(python), "-m", "ruff", "check", *lint],
-        [str(python), "-m", "ruff", "format", "--check", *lint],
-        [str(python), "-m", "mypy", "--strict", "src", "tests"],
+        [str(python), "-m", "ruff", "check", *lint_paths],
+        [str(python), "-m", "ruff", "format", "--check", *lint_paths],
+        [str(python), "-m", "mypy", "--strict", "src", "tests", "scripts"],
         [str(python), "-m", "pytest", *args],
     ]
     env = dict(os.environ)
-    # The suite must test what was installed (the wheel, in wheel mode), never src/ by accident.
+    # The suite must test what was installed (the wheel, in wheel mode), never src/ by accident;
+    # tests/test_package.py checks which one it imported, so it must know which was meant.
     env.pop("PYTHONPATH", None)
+    env["R3WIRE_INSTALL"] = settings["install"]
     for step in steps:
         print("+", " ".join(step[2:] if step[1] == "-m" else step), flush=True)
         code = subprocess.run(step, cwd=ROOT, env=env, check=False).returncode
@@ -165,7 +255,12 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] not in commands:
         print(__doc__, file=sys.stderr)
         return 2
-    return commands[argv[0]](argv[1:])
+    try:
+        return commands[argv[0]](argv[1:])
+    except subprocess.CalledProcessError as exc:
+        # A failed install or build step: its own output above says why; no traceback of this script.
+        print(f"FAILED: {' '.join(map(str, exc.cmd))} (exit {exc.returncode})", file=sys.stderr, flush=True)
+        return exc.returncode or 1
 
 
 if __name__ == "__main__":

@@ -86,7 +86,8 @@ def test_padding_rows_are_arange_top_k_in_every_layer() -> None:
 def test_token_lengths_accepts_numpy_integers_and_arrays() -> None:
     samples = [_routes(2), _routes(3)]
     a, mask_a = pad_routes(samples, token_lengths=np.array([3, 4]))
-    b, mask_b = pad_routes(samples, token_lengths=[np.int64(3), np.uint8(4)])
+    lengths: list[Any] = [np.int64(3), np.uint8(4)]  # NumPy 1.x stubs do not type NumPy integers as int
+    b, mask_b = pad_routes(samples, token_lengths=lengths)
     assert np.array_equal(a, b)
     assert np.array_equal(mask_a, mask_b)
     assert a.shape[1] == 4

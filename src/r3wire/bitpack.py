@@ -90,7 +90,9 @@ def _plan(bits: int) -> _Plan:
         formats.append(_LE_UINT[8 * size])
         offsets.append(offset)
         offset += size
-    record = np.dtype({"names": [f[0] for f in fields], "formats": formats, "offsets": offsets, "itemsize": bits})
+    # Any: NumPy's stubs type this dict form as a TypedDict whose shape differs across releases.
+    spec: Any = {"names": [f[0] for f in fields], "formats": formats, "offsets": offsets, "itemsize": bits}
+    record = np.dtype(spec)
     places = [divmod(i * unit, 64) for i in range(8 >> levels)]
     parts: list[list[tuple[int, int]]] = [[] for _ in range((bits + 7) // 8)]
     for i, (word, shift) in enumerate(places):

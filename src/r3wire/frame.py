@@ -176,7 +176,9 @@ def _bytes_of(buffer: object) -> np.ndarray[Any, np.dtype[np.uint8]]:
     if isinstance(buffer, str):  # str has no buffer interface; name the likely mistake
         raise DecodeError.make(None, "a bytes-like frame (bytes, bytearray or memoryview)", "str", raw=True)
     try:
-        raw: np.ndarray[Any, np.dtype[np.uint8]] = np.frombuffer(buffer, dtype=np.uint8)  # type: ignore[call-overload]
+        # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
+        source: Any = buffer
+        raw: np.ndarray[Any, np.dtype[np.uint8]] = np.frombuffer(source, dtype=np.uint8)
     except (TypeError, ValueError, BufferError) as exc:
         raise DecodeError.make(
             None,
