@@ -67,6 +67,18 @@ def encode_routes(routes: Any, *, num_experts: int | None = None) -> dict[str, A
     Raises:
         EncodeError: not a 3-d integer array, a negative id, an id ≥ ``num_experts``, or an id ≥ 2**31.
     """
+    wire, name, extra = routes_wire(routes, num_experts=num_experts)
+    return build_envelope(wire, name, ROUTES_SCHEMA, extra)
+
+
+def routes_wire(routes: Any, *, num_experts: int | None) -> tuple[np.ndarray[Any, Any], str, dict[str, Any] | None]:
+    """Check routes and return the wire array, its dtype name and the extra envelope fields.
+
+    This is :func:`encode_routes` without the base64 step, for writers that place the bytes themselves.
+
+    Raises:
+        EncodeError: as :func:`encode_routes`.
+    """
     arr = as_numpy(routes, field="routes")
     if arr.dtype.kind not in "iu":
         raise EncodeError.make("routes.dtype", "an integer dtype", str(arr.dtype), raw=True)
@@ -95,7 +107,7 @@ def encode_routes(routes: Any, *, num_experts: int | None = None) -> dict[str, A
             where = _first_index(arr == high)
             raise EncodeError.make(f"routes{where}", "an expert id below 2**31", high) from None
         extra = None
-    return build_envelope(to_wire_bytes(arr, name), name, ROUTES_SCHEMA, extra)
+    return to_wire_bytes(arr, name), name, extra
 
 
 def decode_routes(
