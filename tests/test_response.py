@@ -283,3 +283,18 @@ def test_tensors_are_arrays() -> None:
     assert np.array_equal(doc["routed_experts"], BIG)
     assert doc["x"].dtype == np.float32
     assert "torch" in sys.modules
+
+
+def test_long_lists_are_still_checked_item_by_item() -> None:
+    floats = [0.5] * 40
+    floats[23] = float("nan")
+    with pytest.raises(EncodeError, match=r"^\$\.lp\[23\] must be a finite number"):
+        r3wire.dumps({"lp": floats})
+    huge = [1e308] * 40  # the sum overflows; every value is finite
+    assert r3wire.loads(r3wire.dumps(huge)) == huge
+    mixed: list[Any] = [65520] * 20 + [np.array(0.0, dtype=np.float16), "s", None]
+    back = r3wire.loads(r3wire.dumps(mixed))  # no arithmetic between the items (float16 would overflow)
+    assert back[:20] == [65520] * 20
+    assert back[20].dtype == np.float16
+    ids = list(range(100)) + [{"routed_experts": SMALL}]
+    assert np.array_equal(r3wire.loads(r3wire.dumps(ids))[100]["routed_experts"], SMALL)

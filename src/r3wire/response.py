@@ -95,18 +95,29 @@ def _relocate(error: R3WireError, path: str, prefix: str | None = None) -> R3Wir
     return moved
 
 
-def _finite_numbers(items: Sequence[Any]) -> bool:
-    """True if every item is a Python int, float or bool and no float is NaN or infinite.
+# Lists longer than this are first sorted out by the types they hold, in C: token ids and other flat lists of
+# numbers or strings then cost ~30 ns an item instead of ~80 ns for the Python loop.
+_LONG_LIST: Final = 16
+_INERT_TYPES: Final = frozenset({str, int, bool, type(None)})
+_NUMBER_TYPES: Final = frozenset({int, float, bool})
+_CONTAINER_TYPES: Final = frozenset({dict, list})
 
-    ``sum`` runs in C and any NaN or infinity makes the total non-finite; numpy scalars or arrays make it a
-    non-``float``, anything else raises. A false answer only means "look at each item": an overflowing sum of
-    finite values is checked item by item and passes.
-    """
-    try:
-        total = sum(items, 0.0)
-    except (TypeError, OverflowError, ValueError):
+
+def _inert(items: Sequence[Any]) -> bool:
+    """True if ``items`` holds nothing :func:`dumps` must look at: no array, container or non-finite float."""
+    if len(items) < _LONG_LIST:
         return False
-    return type(total) is float and math.isfinite(total)
+    kinds = set(map(type, items))
+    if kinds <= _INERT_TYPES:
+        return True
+    if kinds <= _NUMBER_TYPES:
+        # Only Python numbers, so sum runs in C with no foreign __add__; a NaN or infinity makes the total
+        # non-finite. An overflowing total of finite values only sends the list through the per-item check.
+        try:
+            return math.isfinite(sum(items, 0.0))
+        except OverflowError:
+            return False
+    return False
 
 
 def _is_tensor(value: object) -> bool:
@@ -187,7 +198,7 @@ class _Writer:
         return mapping if out is None else out
 
     def _list(self, items: Sequence[Any]) -> Sequence[Any]:
-        if _finite_numbers(items):  # token ids, logprobs: skip the per-item loop
+        if _inert(items):  # token ids, logprobs: skip the per-item loop
             return items
         out: list[Any] | None = None
         for index, item in enumerate(items):
@@ -364,8 +375,8 @@ class _Reader:
                     elif cls is list:
                         stack.append(item)
             else:
-                if _finite_numbers(node):
-                    continue
+                if len(node) >= _LONG_LIST and not _CONTAINER_TYPES.intersection(map(type, node)):
+                    continue  # token ids, logprobs: nothing to look at
                 for index, item in enumerate(node):
                     cls = type(item)
                     if cls is dict:
