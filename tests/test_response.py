@@ -296,5 +296,5 @@ def test_long_lists_are_still_checked_item_by_item() -> None:
     back = r3wire.loads(r3wire.dumps(mixed))  # no arithmetic between the items (float16 would overflow)
     assert back[:20] == [65520] * 20
     assert back[20].dtype == np.float16
-    ids = list(range(100)) + [{"routed_experts": SMALL}]
+    ids = [*range(100), {"routed_experts": SMALL}]
     assert np.array_equal(r3wire.loads(r3wire.dumps(ids))[100]["routed_experts"], SMALL)
