@@ -42,11 +42,11 @@ def _response(routes: np.ndarray[Any, Any]) -> dict[str, Any]:
     }
 
 
-def _with_envelopes(routes: np.ndarray[Any, Any], num_experts: int | None) -> dict[str, Any]:
+def _with_envelopes(routes: np.ndarray[Any, Any], num_experts: int | None, pack_bits: bool) -> dict[str, Any]:
     """The same document written the slow, obvious way: each array encoded, then plain orjson."""
     doc = _response(routes)
     choice = doc["choices"][0]
-    choice["routed_experts"] = encode_routes(routes, num_experts=num_experts)
+    choice["routed_experts"] = encode_routes(routes, num_experts=num_experts, pack_bits=pack_bits)
     choice["logprobs"]["values"] = encode_array(choice["logprobs"]["values"])
     choice["mask"] = encode_array(choice["mask"])
     doc["usage"] = {"prompt_tokens": 7, "ratio": 0.5, "flag": True}
@@ -55,15 +55,20 @@ def _with_envelopes(routes: np.ndarray[Any, Any], num_experts: int | None) -> di
 
 @pytest.mark.parametrize("routes", [SMALL, BIG], ids=["small", "big"])
 @pytest.mark.parametrize("num_experts", [None, 16])
-def test_dumps_writes_exactly_the_envelopes_encode_would(routes: np.ndarray[Any, Any], num_experts: int | None) -> None:
-    text = r3wire.dumps(_response(routes), num_experts=num_experts)
-    assert text == orjson.dumps(_with_envelopes(routes, num_experts))
-    assert json.loads(text) == _with_envelopes(routes, num_experts)  # any JSON parser reads it
+@pytest.mark.parametrize("pack_bits", [False, True])
+def test_dumps_writes_exactly_the_envelopes_encode_would(
+    routes: np.ndarray[Any, Any], num_experts: int | None, pack_bits: bool
+) -> None:
+    text = r3wire.dumps(_response(routes), num_experts=num_experts, pack_bits=pack_bits)
+    expected = _with_envelopes(routes, num_experts, pack_bits)
+    assert text == orjson.dumps(expected)
+    assert json.loads(text) == expected  # any JSON parser reads it
 
 
 @pytest.mark.parametrize("routes", [SMALL, BIG], ids=["small", "big"])
-def test_loads_round_trip(routes: np.ndarray[Any, Any]) -> None:
-    doc = r3wire.loads(r3wire.dumps(_response(routes), num_experts=16))
+@pytest.mark.parametrize("pack_bits", [False, True])
+def test_loads_round_trip(routes: np.ndarray[Any, Any], pack_bits: bool) -> None:
+    doc = r3wire.loads(r3wire.dumps(_response(routes), num_experts=16, pack_bits=pack_bits))
     choice = doc["choices"][0]
     back = choice["routed_experts"]
     assert back.dtype == np.uint8  # routes are compacted: num_experts=16 fixes uint8
@@ -150,6 +155,8 @@ def test_unserializable_values() -> None:
         r3wire.dumps(cycle)
     with pytest.raises(R3WireError, match="num_experts must be an integer"):
         r3wire.dumps({}, num_experts=0)
+    with pytest.raises(R3WireError, match="pack_bits must be a bool"):
+        r3wire.dumps({}, pack_bits="yes")  # type: ignore[arg-type]
     with pytest.raises(R3WireError, match="routes_keys"):
         r3wire.dumps({}, routes_keys=[["unhashable"]])  # type: ignore[list-item]
 

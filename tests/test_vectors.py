@@ -82,4 +82,4 @@ def test_vector_files_are_listed() -> None:
     assert sorted(p.name for p in VECTORS.glob("*.json")) == sorted(KNOWN_VECTOR_FILES)
 
 
-KNOWN_VECTOR_FILES = ["arrays-v1.json", "routes-v1.json"]
+KNOWN_VECTOR_FILES = ["arrays-v1.json", "frame-v1.json", "routes-v1-packed.json", "routes-v1.json"]

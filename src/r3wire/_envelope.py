@@ -15,6 +15,7 @@ import numpy as np
 
 from r3wire._base64 import b64decode_strict, b64encode_text
 from r3wire._validate import check_element_count, check_keys, check_shape
+from r3wire.bitpack import packed_nbytes, unpack_bits
 from r3wire.errors import DecodeError, EncodeError
 from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_SHAPE, WIRE_DTYPES, Schema
 
@@ -63,15 +64,17 @@ def build_envelope(
     schema: Schema,
     extra: Mapping[str, Any] | None = None,
     *,
+    shape: Sequence[int] | None = None,
     data: object = None,
 ) -> dict[str, Any]:
     """The envelope of ``wire`` (from :func:`to_wire_bytes`): data first, then shape, dtype, schema, extras.
 
+    ``shape`` is the logical shape when ``wire`` holds something else, such as the bytes of bit-packed ids.
     ``data`` replaces the base64 text when given: a writer that splices the bytes in itself passes a placeholder.
     """
     envelope: dict[str, Any] = {
         KEY_DATA: b64encode_text(wire_buffer(wire)) if data is None else data,
-        KEY_SHAPE: [int(n) for n in wire.shape],
+        KEY_SHAPE: [int(n) for n in (wire.shape if shape is None else shape)],
         KEY_DTYPE: name,
     }
     envelope.update(schema.to_dict())
@@ -133,19 +136,23 @@ def read_header(
     return Header(schema=schema, dtype=dtype, shape=shape, count=count, data=data, fields=obj)
 
 
-def decode_data(header: Header) -> np.ndarray[Any, Any]:
+def decode_data(header: Header, *, bits: int | None = None) -> np.ndarray[Any, Any]:
     """Decode the header's base64 data into a writable, C-contiguous, native-byte-order array.
 
-    The text length is checked against the declared shape before anything is allocated.
+    With ``bits``, the data is the bit-packed stream of the ids (checked to fit the header's dtype by the caller),
+    unpacked into that dtype. The text length is checked against the declared shape before anything is allocated.
 
     Raises:
-        DecodeError: the data is not the canonical base64 of exactly the declared number of bytes.
+        DecodeError: the data is not the canonical base64 of exactly the declared number of bytes, or a packed
+            stream's pad bits are not zero.
     """
     wire_dtype = WIRE_DTYPES[header.dtype]
-    nbytes = header.count * wire_dtype.itemsize
+    nbytes = header.count * wire_dtype.itemsize if bits is None else packed_nbytes(header.count, bits)
     data = header.data
     assert isinstance(data, (str, bytes, bytearray, memoryview))  # read_header checked it
     buffer = b64decode_strict(data, nbytes, field=KEY_DATA)
+    if bits is not None:
+        return unpack_bits(buffer, header.count, bits, wire_dtype, field=KEY_DATA).reshape(header.shape)
     array: np.ndarray[Any, Any] = np.frombuffer(buffer, dtype=wire_dtype)
     if not array.flags.writeable:
         # The stdlib back end returns immutable bytes; pybase64 decodes straight into a bytearray, no copy.

@@ -128,10 +128,13 @@ def _is_tensor(value: object) -> bool:
 class _Writer:
     """Replaces arrays in a document by envelopes, copying only the containers on the way to one."""
 
-    __slots__ = ("blobs", "nonce", "num_experts", "routes_keys", "splice")
+    __slots__ = ("blobs", "nonce", "num_experts", "pack_bits", "routes_keys", "splice")
 
-    def __init__(self, *, num_experts: int | None, routes_keys: frozenset[object], splice: bool) -> None:
+    def __init__(
+        self, *, num_experts: int | None, pack_bits: bool, routes_keys: frozenset[object], splice: bool
+    ) -> None:
         self.num_experts = num_experts
+        self.pack_bits = pack_bits
         self.routes_keys = routes_keys
         self.splice = splice
         # A placeholder must not occur anywhere else in the output; a random nonce per call makes that
@@ -219,19 +222,19 @@ class _Writer:
     def _array(self, value: Any, routes: bool) -> dict[str, Any]:
         try:
             if routes:
-                wire, name, extra = routes_wire(value, num_experts=self.num_experts)
+                wire, name, extra, shape = routes_wire(value, num_experts=self.num_experts, pack_bits=self.pack_bits)
                 schema = ROUTES_SCHEMA
             else:
                 wire, name = array_wire(value)
-                extra, schema = None, ARRAY_SCHEMA
+                extra, shape, schema = None, None, ARRAY_SCHEMA
         except EncodeError as exc:
             raise _PathError(exc, "routes" if routes else "array") from None
         buffer = wire_buffer(wire)
         if not self.splice or buffer.nbytes < _SPLICE_MIN:
-            return build_envelope(wire, name, schema, extra)
+            return build_envelope(wire, name, schema, extra, shape=shape)
         placeholder = f"{self.nonce}{len(self.blobs)}"
         self.blobs.append(b64encode_bytes(buffer))
-        return build_envelope(wire, name, schema, extra, data=placeholder)
+        return build_envelope(wire, name, schema, extra, shape=shape, data=placeholder)
 
 
 def _splice(text: bytes, nonce: bytes, blobs: Sequence[bytes]) -> bytes | None:
@@ -263,6 +266,7 @@ def dumps(
     obj: Any,
     *,
     num_experts: int | None = None,
+    pack_bits: bool = False,
     routes_keys: Collection[str] = ROUTES_KEYS,
     option: int | None = None,
 ) -> bytes:
@@ -277,6 +281,7 @@ def dumps(
     Args:
         obj: the document, e.g. ``{"choices": [{"routed_experts": array, ...}], ...}``.
         num_experts: the model's expert count, for the routes envelopes (see :func:`~r3wire.encode_routes`).
+        pack_bits: write routes bit-packed (see :func:`~r3wire.encode_routes`); other arrays are never packed.
         routes_keys: the object keys whose arrays are routes; ``()`` writes every array as ``r3wire.array``.
         option: ``orjson`` options (e.g. ``orjson.OPT_SORT_KEYS``), passed on.
 
@@ -287,8 +292,10 @@ def dumps(
         EncodeError: an array cannot be encoded (e.g. a negative expert id under a routes key), a float is NaN
             or infinite (orjson would silently write ``null``), or a value is not JSON-serializable. The field
             is a path such as ``$.choices[0].routed_experts[5, 2, 0]``.
-        R3WireError: ``num_experts`` or ``routes_keys`` is invalid.
+        R3WireError: ``num_experts``, ``pack_bits`` or ``routes_keys`` is invalid.
     """
+    if not isinstance(pack_bits, (bool, np.bool_)):
+        raise R3WireError.make("pack_bits", "a bool", pack_bits)
     if num_experts is not None:
         num_experts = check_int(num_experts, "num_experts", minimum=1, maximum=MAX_NUM_EXPERTS, error=R3WireError)
     if isinstance(routes_keys, str):  # a lone string is a collection of characters: almost certainly a mistake
@@ -297,19 +304,19 @@ def dumps(
         keys = frozenset(routes_keys)
     except TypeError as exc:
         raise R3WireError.make("routes_keys", "a collection of object keys", routes_keys) from exc
-    text, writer = _write(obj, num_experts=num_experts, routes_keys=keys, option=option, splice=True)
-    if writer.blobs:
+    for splice in (True, False):
+        writer = _Writer(num_experts=num_experts, pack_bits=bool(pack_bits), routes_keys=keys, splice=splice)
+        text = _write(obj, writer, option)
+        if not writer.blobs:
+            break
         spliced = _splice(text, writer.nonce.encode("ascii"), writer.blobs)
         if spliced is not None:
             return spliced
-        text, _ = _write(obj, num_experts=num_experts, routes_keys=keys, option=option, splice=False)
+        # A placeholder was not found exactly once (see _splice): write the text through orjson instead.
     return text
 
 
-def _write(
-    obj: Any, *, num_experts: int | None, routes_keys: frozenset[object], option: int | None, splice: bool
-) -> tuple[bytes, _Writer]:
-    writer = _Writer(num_experts=num_experts, routes_keys=routes_keys, splice=splice)
+def _write(obj: Any, writer: _Writer, option: int | None) -> bytes:
     try:
         prepared = writer.value(obj, False)
     except _PathError as fail:
@@ -317,7 +324,7 @@ def _write(
     except RecursionError:
         raise EncodeError.make("$", "a tree of values (no reference cycles)", "nesting too deep", raw=True) from None
     try:
-        return orjson.dumps(prepared, option=option), writer
+        return orjson.dumps(prepared, option=option)
     except orjson.JSONEncodeError as exc:
         raise EncodeError.make("$", "JSON-serializable", str(exc), raw=True) from exc
 

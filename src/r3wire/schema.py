@@ -20,6 +20,8 @@ __all__ = [
     "ROUTE_DTYPES",
     "WIRE_DTYPES",
     "Schema",
+    "bits_for_max_id",
+    "bits_for_num_experts",
     "dtype_for_max_id",
     "dtype_for_num_experts",
 ]
@@ -32,6 +34,7 @@ KEY_DTYPE: Final = "dtype"
 KEY_SCHEMA: Final = "schema"
 KEY_VERSION: Final = "version"
 KEY_NUM_EXPERTS: Final = "num_experts"
+KEY_BITS: Final = "bits"  # routes only: ids travel bit-packed, this many bits each (docs/bitpack-and-frame.md)
 
 # The closed list of element types, by wire name. Bytes are little-endian whatever the host; single-byte types
 # have no byte order. Platform dtype strings ("<i4", "long") are never accepted on the wire.
@@ -86,6 +89,19 @@ def dtype_for_max_id(max_id: int) -> str:
         if max_id < limit:
             return name
     raise ValueError(max_id)
+
+
+def bits_for_num_experts(num_experts: int) -> int:
+    """Bits per bit-packed id for a model with ``num_experts`` experts: the fewest holding ``num_experts - 1``.
+
+    At least 1 (a one-expert model still sends one bit per id); 9 for Kimi K2's 384 experts, 7 for 128.
+    """
+    return max(1, (num_experts - 1).bit_length())
+
+
+def bits_for_max_id(max_id: int) -> int:
+    """Bits per bit-packed id chosen from the data: the fewest holding ``max_id`` (at least 1)."""
+    return max(1, max_id.bit_length())
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

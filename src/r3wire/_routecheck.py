@@ -1,0 +1,192 @@
+"""The routes rules every writer and reader applies, whatever carries the ids (JSON envelope or binary frame).
+
+Writers: the ids are a 3-d integer array, non-negative, below ``num_experts``; the dtype and the packed width
+follow from ``num_experts`` or the data. Readers: the declared dtype, ``num_experts`` and ``bits`` agree with each
+other and with the caller, and the decoded ids obey the same bounds; without ``num_experts``, the dtype and the
+width must be the smallest that hold the data (the one encoding a writer produces).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import numpy as np
+
+from r3wire._arraylike import as_numpy
+from r3wire._validate import check_int
+from r3wire.bitpack import MAX_BITS
+from r3wire.errors import DecodeError, EncodeError, R3WireError
+from r3wire.schema import (
+    KEY_BITS,
+    KEY_DTYPE,
+    KEY_NUM_EXPERTS,
+    MAX_NUM_EXPERTS,
+    bits_for_max_id,
+    bits_for_num_experts,
+    dtype_for_max_id,
+    dtype_for_num_experts,
+)
+
+__all__ = [
+    "ROUTES_NDIM",
+    "RoutesToWrite",
+    "check_bits",
+    "check_declared",
+    "check_ids",
+    "check_num_experts",
+    "first_index",
+    "prepare_routes",
+]
+
+ROUTES_NDIM: Final = 3
+
+
+def first_index(mask: np.ndarray[Any, Any]) -> list[int]:
+    """The index of the first true element of ``mask``, for error messages that point at one id."""
+    return [int(i) for i in np.argwhere(mask)[0]]
+
+
+def check_num_experts(value: object, field: str, error: type[R3WireError]) -> int:
+    """Return ``value`` as an expert count in ``1 .. 2**31``.
+
+    Raises:
+        R3WireError: of class ``error``, naming ``field``.
+    """
+    return check_int(value, field, minimum=1, maximum=MAX_NUM_EXPERTS, error=error)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutesToWrite:
+    """Routes checked for writing, and how they travel."""
+
+    array: np.ndarray[Any, Any]  # the caller's ids, any integer dtype, byte order and memory order
+    dtype: str  # the wire (and decoded) dtype name
+    num_experts: int | None
+    bits: int | None  # the packed width, or None when the ids travel as ``dtype``
+
+
+def prepare_routes(routes: Any, *, num_experts: int | None, pack_bits: bool) -> RoutesToWrite:
+    """Check routes for writing and choose their dtype (and packed width when ``pack_bits``).
+
+    Raises:
+        EncodeError: not a 3-d integer array, a negative id, an id ≥ ``num_experts``, or an id ≥ 2**31.
+    """
+    arr = as_numpy(routes, field="routes")
+    if arr.dtype.kind not in "iu":
+        raise EncodeError.make("routes.dtype", "an integer dtype", str(arr.dtype), raw=True)
+    if arr.ndim != ROUTES_NDIM:
+        raise EncodeError.make("routes", "a 3-d array [rows, layers, top_k]", f"shape {list(arr.shape)}", raw=True)
+    n_experts = None if num_experts is None else check_num_experts(num_experts, "num_experts", EncodeError)
+    if not isinstance(pack_bits, (bool, np.bool_)):
+        raise EncodeError.make("pack_bits", "a bool", pack_bits)
+    if arr.size:
+        if arr.dtype.kind == "i":
+            low = int(arr.min())
+            if low < 0:
+                where = first_index(arr < 0)
+                raise EncodeError.make(f"routes{where}", "a non-negative expert id", low)
+        high = int(arr.max())
+    else:
+        high = 0
+    if n_experts is not None:
+        if high >= n_experts:
+            where = first_index(arr >= n_experts)
+            raise EncodeError.make(f"routes{where}", f"an expert id below num_experts={n_experts}", high)
+        name = dtype_for_num_experts(n_experts)
+        bits = bits_for_num_experts(n_experts)
+    else:
+        try:
+            name = dtype_for_max_id(high)
+        except ValueError:
+            where = first_index(arr == high)
+            raise EncodeError.make(f"routes{where}", "an expert id below 2**31", high) from None
+        bits = bits_for_max_id(high)
+    return RoutesToWrite(arr, name, n_experts, bits if pack_bits else None)
+
+
+def _bits_range(dtype: str) -> tuple[int, int]:
+    """The packed widths whose smallest route dtype is ``dtype``: uint8 1..8, int16 9..15, int32 16..31."""
+    widths = [b for b in range(1, MAX_BITS + 1) if dtype_for_max_id((1 << b) - 1) == dtype]
+    return widths[0], widths[-1]
+
+
+def check_declared(dtype: str, *, wire_experts: int | None, expected_experts: int | None) -> None:
+    """Check that a header's dtype agrees with its ``num_experts``, and that with the caller's; before any data.
+
+    Raises:
+        DecodeError: the first rule that does not hold.
+    """
+    if wire_experts is not None:
+        fixed = dtype_for_num_experts(wire_experts)
+        if dtype != fixed:
+            raise DecodeError.make(KEY_DTYPE, f"{fixed!r} (fixed by num_experts={wire_experts})", dtype)
+        if expected_experts is not None and expected_experts != wire_experts:
+            raise DecodeError.make(KEY_NUM_EXPERTS, f"{expected_experts} (the caller's num_experts)", wire_experts)
+
+
+def check_bits(value: object, dtype: str, *, wire_experts: int | None) -> int:
+    """Return a header's declared ``bits`` as an int: fixed by ``num_experts``, else a width ``dtype`` is for.
+
+    The declared dtype is the smallest holding ``bits``-bit ids (uint8 1..8, int16 9..15, int32 16..31), so the
+    decoded array is the one the unpacked form gives. Runs before any data is decoded.
+
+    Raises:
+        DecodeError: naming ``bits``.
+    """
+    width = check_int(value, KEY_BITS, minimum=1, maximum=MAX_BITS)
+    if wire_experts is not None:
+        fixed = bits_for_num_experts(wire_experts)
+        if width != fixed:
+            raise DecodeError.make(KEY_BITS, f"{fixed} (fixed by num_experts={wire_experts})", width)
+    else:
+        low, high = _bits_range(dtype)
+        if not low <= width <= high:
+            raise DecodeError.make(KEY_BITS, f"an integer in {low}..{high} (the widths dtype {dtype!r} holds)", width)
+    return width
+
+
+def check_ids(
+    routes: np.ndarray[Any, Any],
+    dtype: str,
+    *,
+    bound: int | None,
+    canonical: bool,
+    bits: int | None,
+) -> None:
+    """Check decoded ids: non-negative, below ``bound``; when ``canonical``, dtype and bits the smallest that fit.
+
+    Raises:
+        DecodeError: naming the first offending id as ``data[row, layer, slot]``, or ``dtype`` / ``bits``.
+    """
+    if routes.size == 0:
+        if canonical and dtype != "uint8":
+            raise DecodeError.make(KEY_DTYPE, "'uint8' (the canonical dtype of an empty array)", dtype)
+        if canonical and bits is not None and bits != 1:
+            raise DecodeError.make(KEY_BITS, "1 (the canonical bits of an empty array)", bits)
+        return
+    if dtype != "uint8" and bits is None:  # unpacked ids are always non-negative: they come from ``bits`` bits
+        low = int(routes.min())
+        if low < 0:
+            where = first_index(routes < 0)
+            raise DecodeError.make(f"data{where}", "a non-negative expert id", low)
+    if bound is None and (not canonical or (dtype == "uint8" and bits is None)):  # every uint8 array is canonical
+        return
+    high = int(routes.max())
+    if bound is not None and high >= bound:
+        where = first_index(routes >= bound)
+        raise DecodeError.make(f"data{where}", f"an expert id below num_experts={bound}", high)
+    if canonical:
+        smallest = dtype_for_max_id(high)
+        if smallest != dtype:
+            raise DecodeError.make(
+                KEY_DTYPE,
+                f"{smallest!r}, the smallest dtype holding the largest id {high} (non-canonical payload)",
+                dtype,
+            )
+        if bits is not None and bits != bits_for_max_id(high):
+            raise DecodeError.make(
+                KEY_BITS,
+                f"{bits_for_max_id(high)}, the fewest bits holding the largest id {high} (non-canonical payload)",
+                bits,
+            )

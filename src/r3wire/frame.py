@@ -1,0 +1,188 @@
+"""The routes frame: routed-expert ids as raw bytes, for transports that carry bytes (msgpack, ZMQ, Ray, HTTP
+``application/octet-stream``): a fixed 32-byte little-endian header, then the ids. No base64, no JSON.
+
+=======  ====  ===========  ===============================================================
+offset   size  field        value
+=======  ====  ===========  ===============================================================
+0        4     magic        ``b"R3WF"``
+4        1     version      1
+5        1     dtype        1 = uint8, 2 = int16, 3 = int32 (the dtype the ids decode to)
+6        1     bits         0 = ids stored as ``dtype``; 1..31 = bit-packed, this many bits each
+7        1     reserved     0
+8        8     rows         u64
+16       8     layers       u64
+24       4     top_k        u32
+28       4     num_experts  u32; 0 = not declared
+32       ...   data         exactly the bytes the header implies; nothing after them
+=======  ====  ===========  ===============================================================
+
+The data starts 32 bytes in, so an aligned buffer gives an aligned int32 view. The rules are those of the JSON
+envelope (:mod:`r3wire._routecheck`), and a failed rule raises the same error naming the same field. The spec
+with golden vectors is ``docs/bitpack-and-frame.md``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Final
+
+import numpy as np
+
+from r3wire import bitpack
+from r3wire._envelope import to_wire_bytes
+from r3wire._routecheck import check_bits, check_declared, check_ids, check_num_experts, prepare_routes
+from r3wire._validate import MAX_DIM, check_element_count, check_int
+from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
+from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_NUM_EXPERTS, KEY_VERSION, WIRE_DTYPES
+
+__all__ = ["FRAME_HEADER_SIZE", "FRAME_MAGIC", "FRAME_VERSION", "decode_routes_frame", "encode_routes_frame"]
+
+FRAME_MAGIC: Final = b"R3WF"
+FRAME_VERSION: Final = 1
+FRAME_HEADER_SIZE: Final = 32
+_HEADER: Final = struct.Struct("<4sBBBBQQII")
+_DTYPE_CODES: Final[dict[str, int]] = {"uint8": 1, "int16": 2, "int32": 3}
+_DTYPE_NAMES: Final[dict[int, str]] = {code: name for name, code in _DTYPE_CODES.items()}
+_MAX_TOP_K: Final = (1 << 32) - 1
+
+assert _HEADER.size == FRAME_HEADER_SIZE
+
+
+def encode_routes_frame(routes: Any, *, num_experts: int | None = None, pack_bits: bool = False) -> bytes:
+    """Encode routed-expert ids as a routes frame: the 32-byte header, then the ids' bytes.
+
+    Takes the same arguments, applies the same checks and chooses the same dtype and bits as
+    :func:`r3wire.encode_routes`; the data is the bytes that envelope's base64 would carry.
+
+    Args:
+        routes: integer ids ``[rows, layers, top_k]`` (NumPy array, torch tensor or nested lists).
+        num_experts: the model's expert count: fixes the dtype (and bits), bounds the ids, and is recorded.
+        pack_bits: store each id in exactly ``bits`` bits (9 for 384 experts, 7 for 128).
+
+    Returns:
+        The frame, ``32 + len(data)`` bytes.
+
+    Raises:
+        EncodeError: what :func:`r3wire.encode_routes` raises, or ``top_k`` beyond ``2**32 - 1``.
+    """
+    plan = prepare_routes(routes, num_experts=num_experts, pack_bits=pack_bits)
+    rows, layers, top_k = plan.array.shape
+    if top_k > _MAX_TOP_K:  # only an empty array can be this wide; the frame's field is 32 bits
+        raise EncodeError.make("routes.shape[2]", f"at most {_MAX_TOP_K} in a frame", top_k)
+    header = _HEADER.pack(
+        FRAME_MAGIC,
+        FRAME_VERSION,
+        _DTYPE_CODES[plan.dtype],
+        plan.bits or 0,
+        0,
+        rows,
+        layers,
+        top_k,
+        plan.num_experts or 0,
+    )
+    if plan.bits is None:
+        data = to_wire_bytes(plan.array, plan.dtype)
+    else:
+        data = bitpack.pack_bits(plan.array, plan.bits, checked=True)
+    # One allocation and one copy of the data: join sizes the result from its parts.
+    return b"".join((header, data.reshape(-1).view(np.uint8).data))
+
+
+def decode_routes_frame(
+    buffer: bytes | bytearray | memoryview,
+    *,
+    num_experts: int | None = None,
+    max_elements: int | None = None,
+    copy: bool = False,
+) -> np.ndarray[Any, Any]:
+    """Decode a routes frame, checking the whole header and the data length before touching the data.
+
+    Without bit packing the result is a view of ``buffer``'s data region, not a copy: read-only when the buffer
+    is (``bytes``, a read-only memoryview), writable when it is (``bytearray``), and alive as long as the array.
+    A copy is made only when ``copy`` is true, the region is misaligned for the dtype, or the host is big-endian.
+    Bit-packed ids are always unpacked into a new writable array.
+
+    Args:
+        buffer: the frame: ``bytes``, ``bytearray``, ``memoryview`` or any C-contiguous buffer.
+        num_experts: the model's expert count, if the caller knows it: every id must be below it, and it must
+            agree with the frame's ``num_experts`` when that is declared.
+        max_elements: refuse a frame declaring more ids than this, before touching the data.
+        copy: always return a new writable array.
+
+    Returns:
+        A C-contiguous ``[rows, layers, top_k]`` array of uint8, int16 or int32, native byte order, aligned.
+
+    Raises:
+        DecodeError: the frame is malformed, inconsistent, has trailing bytes or breaks a limit; the message
+            names the field, what was expected and what was got.
+        UnsupportedVersionError: the frame's version is one this release cannot read.
+    """
+    expected_experts = None if num_experts is None else check_num_experts(num_experts, "num_experts", R3WireError)
+    if max_elements is not None:
+        max_elements = check_int(max_elements, "max_elements", minimum=0, maximum=1 << 63, error=R3WireError)
+    raw = _bytes_of(buffer)
+    if raw[:4].tobytes() != FRAME_MAGIC:
+        raise DecodeError.make("magic", f"{FRAME_MAGIC!r} (an r3wire routes frame)", raw[:4].tobytes())
+    if raw.size > 4 and raw[4] != FRAME_VERSION:
+        raise UnsupportedVersionError(
+            f"{KEY_VERSION} {raw[4]} of the routes frame is not supported by this release of r3wire, which reads "
+            f"versions [{FRAME_VERSION}]; upgrade r3wire to read newer frames",
+            field=KEY_VERSION,
+            version=int(raw[4]),
+            supported=(FRAME_VERSION,),
+        )
+    if raw.size < FRAME_HEADER_SIZE:
+        raise DecodeError.make("header", f"{FRAME_HEADER_SIZE} bytes", f"a frame of {raw.size} bytes", raw=True)
+    _, _, code, bits_field, reserved, rows, layers, top_k, experts_field = _HEADER.unpack_from(raw.data)
+    dtype = _DTYPE_NAMES.get(code)
+    if dtype is None:
+        choices = ", ".join(f"{c} ({name})" for c, name in _DTYPE_NAMES.items())
+        raise DecodeError.make(KEY_DTYPE, f"a dtype code: {choices}", code)
+    if reserved:
+        raise DecodeError.make("reserved", "0", reserved)
+    shape = (
+        check_int(rows, "shape[0]", minimum=0, maximum=MAX_DIM),
+        check_int(layers, "shape[1]", minimum=0, maximum=MAX_DIM),
+        top_k,
+    )
+    count = check_element_count(shape, max_elements)
+    wire_experts = None if experts_field == 0 else check_num_experts(experts_field, KEY_NUM_EXPERTS, DecodeError)
+    check_declared(dtype, wire_experts=wire_experts, expected_experts=expected_experts)
+    bits = None if bits_field == 0 else check_bits(bits_field, dtype, wire_experts=wire_experts)
+    wire_dtype = WIRE_DTYPES[dtype]
+    nbytes = count * wire_dtype.itemsize if bits is None else bitpack.packed_nbytes(count, bits)
+    got = raw.size - FRAME_HEADER_SIZE
+    if got != nbytes:
+        packing = f"{bits} bits" if bits is not None else dtype
+        raise DecodeError.make(
+            KEY_DATA,
+            f"{nbytes} bytes after the header ({count} ids as {packing})",
+            f"{got} bytes",
+            raw=True,
+        )
+    data = raw[FRAME_HEADER_SIZE:]
+    if bits is not None:
+        routes = bitpack.unpack_bits(data, count, bits, wire_dtype, field=KEY_DATA)
+    else:
+        routes = data.view(wire_dtype)
+        if copy or not routes.flags.aligned or not routes.dtype.isnative:
+            routes = routes.astype(wire_dtype.newbyteorder("="))  # astype copies: aligned, native, writable
+    routes = routes.reshape(shape)
+    check_ids(routes, dtype, bound=wire_experts or expected_experts, canonical=wire_experts is None, bits=bits)
+    return routes
+
+
+def _bytes_of(buffer: object) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """The frame's bytes as a 1-d uint8 array sharing ``buffer``'s memory (and its writability)."""
+    if isinstance(buffer, str):  # str has no buffer interface; name the likely mistake
+        raise DecodeError.make(None, "a bytes-like frame (bytes, bytearray or memoryview)", "str", raw=True)
+    try:
+        raw: np.ndarray[Any, np.dtype[np.uint8]] = np.frombuffer(buffer, dtype=np.uint8)  # type: ignore[call-overload]
+    except (TypeError, ValueError, BufferError) as exc:
+        raise DecodeError.make(
+            None,
+            "a contiguous bytes-like frame (bytes, bytearray or memoryview)",
+            f"{type(buffer).__name__} ({exc})",
+            raw=True,
+        ) from exc
+    return raw

@@ -1,0 +1,140 @@
+"""r3wire.bitpack: the kernel against the one-bit-at-a-time reference, at every width, count and chunking."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from bitref import pack_reference, unpack_reference
+from r3wire import DecodeError, EncodeError, R3WireError, bitpack
+from r3wire.bitpack import MAX_BITS, pack_bits, packed_nbytes, unpack_bits
+
+ALL_BITS = range(1, MAX_BITS + 1)
+COUNTS = [0, 1, 2, 7, 8, 9, 15, 16, 17, 63, 64, 65, 200]
+
+
+def _ids(count: int, bits: int, seed: int = 0) -> np.ndarray[Any, Any]:
+    rng = np.random.default_rng(seed * 100 + bits)
+    ids = rng.integers(0, 1 << bits, size=count, dtype=np.int64)
+    if count >= 2:  # the extremes of the field, where a lost or leaked bit shows
+        ids[0], ids[-1] = (1 << bits) - 1, 0
+    return ids
+
+
+@pytest.mark.parametrize("bits", ALL_BITS)
+def test_pack_matches_reference(bits: int) -> None:
+    for count in COUNTS:
+        ids = _ids(count, bits)
+        packed = pack_bits(ids, bits)
+        assert packed.dtype == np.uint8
+        assert packed.ndim == 1
+        assert packed.tobytes() == pack_reference(ids.tolist(), bits), count
+
+
+@pytest.mark.parametrize("bits", ALL_BITS)
+def test_unpack_matches_reference(bits: int) -> None:
+    dtype = np.uint8 if bits <= 8 else np.int16 if bits <= 15 else np.int32
+    for count in COUNTS:
+        ids = _ids(count, bits, seed=1)
+        stream = pack_reference(ids.tolist(), bits)
+        back = unpack_bits(stream, count, bits, dtype)
+        assert back.dtype == np.dtype(dtype)
+        assert back.tolist() == unpack_reference(stream, count, bits) == ids.tolist()
+        assert back.flags.writeable
+        assert back.flags.c_contiguous
+
+
+@pytest.mark.parametrize("bits", [1, 3, 7, 8, 9, 12, 15, 16, 20, 29, 31])
+def test_chunk_boundaries(bits: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bitpack, "_CHUNK_GROUPS", 3)  # many chunks, a short last chunk and a short last group
+    for count in (47, 48, 49, 100):
+        ids = _ids(count, bits, seed=2)
+        stream = pack_bits(ids, bits)
+        assert stream.tobytes() == pack_reference(ids.tolist(), bits)
+        assert unpack_bits(stream, count, bits, np.int64).tolist() == ids.tolist()
+
+
+def test_eight_bits_is_the_bytes_themselves() -> None:
+    ids = np.arange(256, dtype=np.uint8)
+    assert pack_bits(ids, 8).tobytes() == ids.tobytes()
+
+
+@pytest.mark.parametrize("source", ["u1", "i1", "<u2", ">u2", "<i2", ">i4", "<u8", ">i8"])
+def test_any_integer_source_dtype_and_layout(source: str) -> None:
+    ids = _ids(60, 7).astype(source).reshape(3, 4, 5)
+    expected = pack_reference(ids.reshape(-1).tolist(), 7)
+    assert pack_bits(ids, 7).tobytes() == expected
+    assert pack_bits(np.asfortranarray(ids), 7).tobytes() == expected
+    assert pack_bits(ids.transpose(2, 1, 0), 7).tobytes() == pack_reference(ids.transpose(2, 1, 0).ravel().tolist(), 7)
+
+
+@pytest.mark.parametrize("form", ["bytes", "bytearray", "memoryview", "ndarray"])
+def test_unpack_buffer_forms(form: str) -> None:
+    ids = _ids(30, 9)
+    stream = pack_reference(ids.tolist(), 9)
+    buffer: Any = {
+        "bytes": stream,
+        "bytearray": bytearray(stream),
+        "memoryview": memoryview(stream),
+        "ndarray": np.frombuffer(stream, np.uint8),
+    }[form]
+    back = unpack_bits(buffer, 30, 9, np.int16)
+    assert back.tolist() == ids.tolist()
+    assert back.flags.writeable
+
+
+def test_packed_nbytes() -> None:
+    assert [packed_nbytes(n, 9) for n in (0, 1, 7, 8, 9)] == [0, 2, 8, 9, 11]
+    assert packed_nbytes(8192 * 48 * 8, 7) == 8192 * 48 * 7
+
+
+@pytest.mark.parametrize("bits", [1, 5, 9, 13, 31])
+def test_every_pad_bit_is_checked(bits: int) -> None:
+    for count in (1, 3, 5, 7):
+        stream = bytearray(pack_reference([0] * count, bits))
+        for j in range(count * bits, 8 * len(stream)):
+            bad = bytearray(stream)
+            bad[j // 8] |= 1 << (j % 8)
+            with pytest.raises(DecodeError, match="pad bits") as info:
+                unpack_bits(bytes(bad), count, bits, np.int32)
+            assert info.value.field == "data"
+
+
+def test_wrong_length_is_refused_before_unpacking() -> None:
+    with pytest.raises(DecodeError, match=r"data must be 9 bytes \(8 ids of 9 bits\), got 8 bytes"):
+        unpack_bits(b"\0" * 8, 8, 9, np.int16)
+    with pytest.raises(DecodeError) as info:
+        unpack_bits(b"\0" * 10, 8, 9, np.int16, field="frame.data")
+    assert info.value.field == "frame.data"
+
+
+@pytest.mark.parametrize("bits", [0, 32, -1, True, 1.0, "9", None])
+def test_bad_bits(bits: Any) -> None:
+    with pytest.raises(EncodeError) as info:
+        pack_bits(np.zeros(3, np.int32), bits)
+    assert info.value.field == "bits"
+    with pytest.raises(DecodeError) as decode_info:
+        unpack_bits(b"", 0, bits, np.int32)
+    assert decode_info.value.field == "bits"
+
+
+def test_pack_refuses_ids_that_do_not_fit() -> None:
+    with pytest.raises(EncodeError, match=r"ids must be integers in 0\.\.511 \(9 bits\), got 512"):
+        pack_bits(np.array([0, 512]), 9)
+    with pytest.raises(EncodeError, match="got -1"):
+        pack_bits(np.array([0, -1], dtype=np.int8), 9)
+    with pytest.raises(EncodeError, match="an integer NumPy array"):
+        pack_bits(np.zeros(3), 9)
+    with pytest.raises(EncodeError, match="an integer NumPy array"):
+        pack_bits([1, 2], 9)  # type: ignore[arg-type]
+
+
+def test_unpack_refuses_a_dtype_too_narrow() -> None:
+    with pytest.raises(R3WireError, match="holds 9-bit ids"):
+        unpack_bits(b"\0" * 9, 8, 9, np.uint8)
+    with pytest.raises(R3WireError, match="holds 16-bit ids"):
+        unpack_bits(b"\0" * 16, 8, 16, np.int16)
+    with pytest.raises(R3WireError, match="holds 3-bit ids"):
+        unpack_bits(b"\0" * 3, 8, 3, np.float32)
