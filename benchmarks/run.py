@@ -124,6 +124,11 @@ def _choices(values: list[Any]) -> dict[str, Any]:
     return {"choices": [{"index": i, "routed_experts": v} for i, v in enumerate(values)]}
 
 
+def _compact(array: np.ndarray[Any, Any], num_experts: int) -> np.ndarray[Any, Any]:
+    """The seed's compact dtype for the baselines: uint8 up to 256 experts, int16 beyond (little-endian)."""
+    return array.astype(np.uint8 if num_experts <= 256 else np.dtype("<i2"))
+
+
 def _routes_of(doc: Any) -> list[Any]:
     return [choice["routed_experts"] for choice in doc["choices"]]
 
@@ -168,43 +173,45 @@ def _orjson_numpy() -> Method:
 
 
 def _stdlib_base64() -> Method:
-    def encode(arrays: Arrays, _: int) -> bytes:
+    def encode(arrays: Arrays, n: int) -> bytes:
+        compact = [_compact(a, n) for a in arrays]
         values = [
-            {"data": base64.b64encode(a.astype(np.uint8).tobytes()).decode(), "shape": list(a.shape), "dtype": "uint8"}
-            for a in arrays
+            {"data": base64.b64encode(c.tobytes()).decode(), "shape": list(c.shape), "dtype": c.dtype.str}
+            for c in compact
         ]
         return json.dumps(_choices(values)).encode()
 
     def decode(payload: bytes, _: int) -> Arrays:
         return [
-            np.frombuffer(base64.b64decode(v["data"]), dtype=np.uint8).reshape(v["shape"])
+            np.frombuffer(base64.b64decode(v["data"]), dtype=v["dtype"]).reshape(v["shape"])
             for v in _routes_of(json.loads(payload))
         ]
 
-    return Method("stdlib-base64", "seed: uint8 + stdlib base64 + stdlib json", encode, decode)
+    return Method("stdlib-base64", "seed: uint8/int16 + stdlib base64 + json", encode, decode)
 
 
 def _msgpack() -> Method | None:
     if msgpack is None:
         return None
 
-    def encode(arrays: Arrays, _: int) -> bytes:
-        values = [{"data": a.astype(np.uint8).data, "shape": list(a.shape), "dtype": "uint8"} for a in arrays]
+    def encode(arrays: Arrays, n: int) -> bytes:
+        compact = [_compact(a, n) for a in arrays]
+        values = [{"data": c.view(np.uint8).data, "shape": list(c.shape), "dtype": c.dtype.str} for c in compact]
         packed: bytes = msgpack.packb(_choices(values))
         return packed
 
     def decode(payload: bytes, _: int) -> Arrays:
         return [
-            np.frombuffer(v["data"], dtype=np.uint8).reshape(v["shape"]) for v in _routes_of(msgpack.unpackb(payload))
+            np.frombuffer(v["data"], dtype=v["dtype"]).reshape(v["shape"]) for v in _routes_of(msgpack.unpackb(payload))
         ]
 
-    return Method("msgpack", "msgpack: uint8 raw bytes, no base64", encode, decode)
+    return Method("msgpack", "msgpack: uint8/int16 raw bytes, no base64", encode, decode)
 
 
 def _r3wire_envelope() -> Method:
     return Method(
         "r3wire-envelope",
-        "r3wire envelope: encode_routes + orjson, decode_routes",
+        "r3wire envelope: encode_routes + orjson",
         lambda arrays, n: orjson.dumps(_choices([r3wire.encode_routes(a, num_experts=n) for a in arrays])),
         lambda payload, n: [r3wire.decode_routes(v, num_experts=n) for v in _routes_of(orjson.loads(payload))],
         base64=True,
@@ -293,9 +300,15 @@ class Row:
     ratios: dict[str, float] = field(default_factory=dict)
 
 
-# Fewer runs than this let one scheduler hiccup decide a median; slow baselines (one run > a third of the budget)
-# get as many as the budget allows, at least one.
+# Fewer runs than this let one scheduler hiccup decide a median. Methods taking over a tenth of the budget per
+# run need only 3, and over a third (the slow baselines, the batch) as many as the budget allows, at least one.
 MIN_RUNS = 7
+
+
+def _min_runs(first: float, budget: float) -> int:
+    if first < budget / 10:
+        return MIN_RUNS
+    return 3 if first < budget / 3 else 1
 
 
 def _timed(fn: Callable[[], Any], inner: int) -> tuple[float, Any]:
@@ -330,7 +343,7 @@ def measure(method: Method, workload: Workload, arrays: Arrays, *, repeat: int, 
         encodes.append(seconds)
         seconds, _ = _timed(functools.partial(method.decode, payload, n), inner)
         decodes.append(seconds)
-        if time.perf_counter() - start > budget and len(encodes) >= (MIN_RUNS if first < budget / 3 else 1):
+        if time.perf_counter() - start > budget and len(encodes) >= _min_runs(first, budget):
             break
     peak = None
     if memory:
@@ -483,7 +496,12 @@ def format_table(workload: Workload, rows: list[Row]) -> str:
             f"{row.ratios[key]:.1f}x" if key in row.ratios else "-"
             for key in ("vs_json_lists", "vs_orjson_numpy", "vs_memcpy")
         ]
-        peak = f"{row.decode_peak_bytes / row.output_bytes:.2f}x" if row.decode_peak_bytes and row.output_bytes else "-"
+        if row.decode_peak_bytes is None or not row.output_bytes:
+            peak = "-"
+        elif row.decode_peak_bytes < 0.01 * row.output_bytes:
+            peak = "0 (view)"  # the result is a view of the payload: decode allocates nothing
+        else:
+            peak = f"{row.decode_peak_bytes / row.output_bytes:.2f}x"
         decode = "-" if row.method == "memcpy" else _fmt_ms(row.decode_ms)
         lines.append(
             f"{label[:50]:50} {size:>10} {_fmt_ms(row.encode_ms):>10} {decode:>10} "
@@ -538,7 +556,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default="W1,W2,W3,W4,batch", help="comma-separated, from " + ",".join(WORKLOADS))
     parser.add_argument("--repeat", type=int, default=15, help="timed iterations per method (at most)")
-    parser.add_argument("--budget", type=float, default=2.0, help="seconds per method and workload, at least 3 runs")
+    parser.add_argument("--budget", type=float, default=1.5, help="seconds per method and workload (soft)")
     parser.add_argument("--quick", action="store_true", help="W1 and W4, 7 repeats, 0.5 s budget")
     parser.add_argument("--json", type=Path, help="also write the results, machine and versions here")
     parser.add_argument("--check", action="store_true", help="exit 1 if a W1 target is missed")
