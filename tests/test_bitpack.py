@@ -15,6 +15,13 @@ ALL_BITS = range(1, MAX_BITS + 1)
 COUNTS = [0, 1, 2, 7, 8, 9, 15, 16, 17, 63, 64, 65, 200]
 
 
+@pytest.fixture(params=["kernel", "small"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Run a test through the chunked kernel and through the few-ids np.packbits path, whatever the count."""
+    monkeypatch.setattr(bitpack, "_SMALL_COUNT", -1 if request.param == "kernel" else 10**9)
+    return str(request.param)
+
+
 def _ids(count: int, bits: int, seed: int = 0) -> np.ndarray[Any, Any]:
     rng = np.random.default_rng(seed * 100 + bits)
     ids = rng.integers(0, 1 << bits, size=count, dtype=np.int64)
@@ -24,6 +31,7 @@ def _ids(count: int, bits: int, seed: int = 0) -> np.ndarray[Any, Any]:
 
 
 @pytest.mark.parametrize("bits", ALL_BITS)
+@pytest.mark.usefixtures("path")
 def test_pack_matches_reference(bits: int) -> None:
     for count in COUNTS:
         ids = _ids(count, bits)
@@ -34,6 +42,7 @@ def test_pack_matches_reference(bits: int) -> None:
 
 
 @pytest.mark.parametrize("bits", ALL_BITS)
+@pytest.mark.usefixtures("path")
 def test_unpack_matches_reference(bits: int) -> None:
     dtype = np.uint8 if bits <= 8 else np.int16 if bits <= 15 else np.int32
     for count in COUNTS:
@@ -49,6 +58,7 @@ def test_unpack_matches_reference(bits: int) -> None:
 @pytest.mark.parametrize("bits", [1, 3, 7, 8, 9, 12, 15, 16, 20, 29, 31])
 def test_chunk_boundaries(bits: int, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bitpack, "_CHUNK_GROUPS", 3)  # many chunks, a short last chunk and a short last group
+    monkeypatch.setattr(bitpack, "_SMALL_COUNT", -1)
     for count in (47, 48, 49, 100):
         ids = _ids(count, bits, seed=2)
         stream = pack_bits(ids, bits)
@@ -56,11 +66,13 @@ def test_chunk_boundaries(bits: int, monkeypatch: pytest.MonkeyPatch) -> None:
         assert unpack_bits(stream, count, bits, np.int64).tolist() == ids.tolist()
 
 
+@pytest.mark.usefixtures("path")
 def test_eight_bits_is_the_bytes_themselves() -> None:
     ids = np.arange(256, dtype=np.uint8)
     assert pack_bits(ids, 8).tobytes() == ids.tobytes()
 
 
+@pytest.mark.usefixtures("path")
 @pytest.mark.parametrize("source", ["u1", "i1", "<u2", ">u2", "<i2", ">i4", "<u8", ">i8"])
 def test_any_integer_source_dtype_and_layout(source: str) -> None:
     ids = _ids(60, 7).astype(source).reshape(3, 4, 5)
@@ -70,6 +82,7 @@ def test_any_integer_source_dtype_and_layout(source: str) -> None:
     assert pack_bits(ids.transpose(2, 1, 0), 7).tobytes() == pack_reference(ids.transpose(2, 1, 0).ravel().tolist(), 7)
 
 
+@pytest.mark.usefixtures("path")
 @pytest.mark.parametrize("form", ["bytes", "bytearray", "memoryview", "ndarray"])
 def test_unpack_buffer_forms(form: str) -> None:
     ids = _ids(30, 9)
@@ -90,6 +103,7 @@ def test_packed_nbytes() -> None:
     assert packed_nbytes(8192 * 48 * 8, 7) == 8192 * 48 * 7
 
 
+@pytest.mark.usefixtures("path")
 @pytest.mark.parametrize("bits", [1, 5, 9, 13, 31])
 def test_every_pad_bit_is_checked(bits: int) -> None:
     for count in (1, 3, 5, 7):

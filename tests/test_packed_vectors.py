@@ -17,6 +17,7 @@ import pytest
 from r3wire import (
     DecodeError,
     UnsupportedVersionError,
+    bitpack,
     decode_routes,
     decode_routes_frame,
     encode_routes,
@@ -33,6 +34,15 @@ def _load(name: str) -> dict[str, Any]:
 
 
 PACKED = _load("routes-v1-packed.json")
+
+
+@pytest.fixture(params=["kernel", "small"])
+def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Check the vectors through the chunked kernel and through the few-ids np.packbits path."""
+    monkeypatch.setattr(bitpack, "_SMALL_COUNT", -1 if request.param == "kernel" else 10**9)
+    return str(request.param)
+
+
 FRAMES = _load("frame-v1.json")
 
 
@@ -40,6 +50,7 @@ def _values(case: dict[str, Any], shape: list[int]) -> np.ndarray[Any, Any]:
     return np.array(case["values"], dtype=np.int64).reshape(shape)
 
 
+@pytest.mark.usefixtures("path")
 @pytest.mark.parametrize("case", PACKED["valid"], ids=lambda c: c["name"])
 def test_packed_valid(case: dict[str, Any]) -> None:
     envelope = case["envelope"]
@@ -56,6 +67,7 @@ def test_packed_valid(case: dict[str, Any]) -> None:
     assert np.array_equal(unpacked, decoded)
 
 
+@pytest.mark.usefixtures("path")
 @pytest.mark.parametrize("case", PACKED["reject"], ids=lambda c: c["name"])
 def test_packed_reject(case: dict[str, Any]) -> None:
     with pytest.raises(DecodeError) as info:
@@ -63,6 +75,7 @@ def test_packed_reject(case: dict[str, Any]) -> None:
     assert info.value.field == case["field"]
 
 
+@pytest.mark.usefixtures("path")
 @pytest.mark.parametrize("case", FRAMES["valid"], ids=lambda c: c["name"])
 def test_frame_valid(case: dict[str, Any]) -> None:
     frame = bytes.fromhex(case["frame_hex"])
@@ -77,6 +90,7 @@ def test_frame_valid(case: dict[str, Any]) -> None:
     assert base64.b64decode(envelope["data"]) == frame[32:]
 
 
+@pytest.mark.usefixtures("path")
 @pytest.mark.parametrize("case", FRAMES["reject"], ids=lambda c: c["name"])
 def test_frame_reject(case: dict[str, Any]) -> None:
     frame = bytes.fromhex(case["frame_hex"])

@@ -9,6 +9,7 @@ width must be the smallest that hold the data (the one encoding a writer produce
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, Final
 
 import numpy as np
@@ -105,6 +106,7 @@ def prepare_routes(routes: Any, *, num_experts: int | None, pack_bits: bool) -> 
     return RoutesToWrite(arr, name, n_experts, bits if pack_bits else None)
 
 
+@cache
 def _bits_range(dtype: str) -> tuple[int, int]:
     """The packed widths whose smallest route dtype is ``dtype``: uint8 1..8, int16 9..15, int32 16..31."""
     widths = [b for b in range(1, MAX_BITS + 1) if dtype_for_max_id((1 << b) - 1) == dtype]

@@ -6,7 +6,8 @@ the pad bits after the last id are zero. For ``bits == 8`` the stream is the ids
 
 How this is fast in pure NumPy without a Python loop over ids (``np.packbits`` was 20-50x slower, FACTS §5):
 8 ids of ``b`` bits are exactly ``b`` bytes, so ids go in groups of 8, processed in cache-sized chunks, and every
-step is a whole-chunk ufunc writing a contiguous array.
+step is a whole-chunk ufunc writing a contiguous array. (Up to 512 ids, where call overhead dominates, the
+bits go through ``np.packbits`` one byte per bit instead.)
 
 1. Ids are narrowed to the smallest unsigned slot of 8, 16 or 32 bits that holds ``b`` bits.
 2. Two adjacent ``T``-bit slots viewed as one little-endian ``2T``-bit word are ``lo | hi << T``; moving ``hi``
@@ -15,7 +16,7 @@ step is a whole-chunk ufunc writing a contiguous array.
 3. A group's units are spliced, with shifts, into ``ceil(b / 8)`` 64-bit words, one contiguous array per word.
 4. The words are stored through a structured view of the output whose records are the ``b``-byte groups: one
    8-byte field per whole word, then 4/2/1-byte fields for the last word's remaining bytes. (Copying ``b`` bytes
-   out of each 8-byte word with a 2-d slice was 20x slower than these 1-d strided stores.)
+   out of each 8-byte word with a 2-d slice was about 10x slower than these 1-d strided stores.)
 
 Unpacking runs the same steps backwards. Every view is little-endian explicitly, so a big-endian host gets the
 same bytes (slower, through NumPy's byte swapping).
@@ -41,6 +42,10 @@ MAX_BITS: Final = 31
 # (1 << 14 was 10% slower, 1 << 12 40% slower for 9-bit ids).
 _CHUNK_GROUPS: Final = 1 << 16
 
+# Up to this many ids, one byte per bit through np.packbits/np.unpackbits (a handful of calls) beats the chunked
+# kernel's ~25 ufunc calls: 5-8 us instead of ~20-40 us at 64 ids; the two cross near 1000 ids.
+_SMALL_COUNT: Final = 512
+
 _LE_UINT: Final[dict[int, np.dtype[Any]]] = {
     8: np.dtype("u1"),
     16: np.dtype("<u2"),
@@ -64,6 +69,9 @@ class _Plan:
     units: int  # units per group of 8 ids: 8 >> levels
     words: int  # 64-bit words per group: ceil(bits / 8)
     places: tuple[tuple[int, int], ...]  # (word, bit shift) of each unit's first bit in its group
+    # per word, the units in it: (unit, shift), a left shift, or a right shift when negative (a unit's top bits
+    # running on into the next word); a plain copy (shift 0) is last, so it is OR-ed in without a temporary
+    parts: tuple[tuple[tuple[int, int], ...], ...]
     record: np.dtype[Any]  # one group of ``bits`` bytes, as fields
     fields: tuple[tuple[str, int, int], ...]  # (field name, word, bit shift of the field's first bit in it)
 
@@ -83,6 +91,12 @@ def _plan(bits: int) -> _Plan:
         offsets.append(offset)
         offset += size
     record = np.dtype({"names": [f[0] for f in fields], "formats": formats, "offsets": offsets, "itemsize": bits})
+    places = [divmod(i * unit, 64) for i in range(8 >> levels)]
+    parts: list[list[tuple[int, int]]] = [[] for _ in range((bits + 7) // 8)]
+    for i, (word, shift) in enumerate(places):
+        parts[word].append((i, shift))
+        if shift + unit > 64:
+            parts[word + 1].append((i, shift - 64))
     return _Plan(
         bits=bits,
         slot=slot,
@@ -90,7 +104,8 @@ def _plan(bits: int) -> _Plan:
         unit=unit,
         units=8 >> levels,
         words=(bits + 7) // 8,
-        places=tuple(divmod(i * unit, 64) for i in range(8 >> levels)),
+        places=tuple(places),
+        parts=tuple(tuple(sorted(p, key=lambda part: part[1] == 0)) for p in parts),
         record=record,
         fields=tuple(fields),
     )
@@ -138,6 +153,8 @@ def pack_bits(ids: np.ndarray[Any, Any], bits: int, *, checked: bool = False) ->
         low, high = int(flat.min()), int(flat.max())
         if low < 0 or high >> bits:
             raise EncodeError.make("ids", f"integers in 0..{(1 << bits) - 1} ({bits} bits)", low if low < 0 else high)
+    if count <= _SMALL_COUNT:
+        return _pack_small(flat, bits)
     plan = _plan(bits)
     groups = -(-count // 8)
     out = np.empty(groups * bits, dtype=np.uint8)
@@ -152,10 +169,30 @@ def pack_bits(ids: np.ndarray[Any, Any], bits: int, *, checked: bool = False) ->
         slots[: last - first] = flat[first:last]  # narrows to the slot type; the ids were checked to fit
         slots[last - first :] = 0  # the ids that round the last group up to 8 are zero
         units = _merge_pairs(slots, plan, scratch.high[: n * plan.units]).reshape(n, plan.units)
-        words = scratch.words[:, :n]
-        _splice(units, plan, words, scratch.temp[:n])
+        words = _splice(units, plan, scratch.words[:, :n], scratch.temp[:n])
         _store(words, plan, records[start:stop], scratch.temp[:n])
     return out[: packed_nbytes(count, bits)]
+
+
+def _pack_small(flat: np.ndarray[Any, Any], bits: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """The stream of a few ids, one byte per bit: the ``count x bits`` bit matrix, packed LSB-first."""
+    fields = flat.astype(np.uint32)[:, np.newaxis] >> np.arange(bits, dtype=np.uint32)
+    np.bitwise_and(fields, np.uint32(1), out=fields)
+    return np.packbits(fields.astype(np.uint8), bitorder="little")  # the last byte's pad bits are zero
+
+
+def _unpack_small(
+    stream: np.ndarray[Any, Any], count: int, bits: int, dtype: np.dtype[Any], field: str
+) -> np.ndarray[Any, Any]:
+    """The inverse of :func:`_pack_small`, with the pad-bit check."""
+    stream_bits = np.unpackbits(stream, bitorder="little")
+    if stream_bits[count * bits :].any():
+        raise DecodeError.make(
+            field, "a stream whose pad bits after the last id are zero", "non-zero pad bits", raw=True
+        )
+    weights = np.left_shift(np.uint32(1), np.arange(bits, dtype=np.uint32))
+    ids: np.ndarray[Any, Any] = stream_bits[: count * bits].reshape(count, bits).astype(np.uint32) @ weights
+    return ids.astype(dtype)
 
 
 def _merge_pairs(slots: np.ndarray[Any, Any], plan: _Plan, high: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -166,31 +203,35 @@ def _merge_pairs(slots: np.ndarray[Any, Any], plan: _Plan, high: np.ndarray[Any,
         wide = _LE_UINT[2 * slot]
         values = values.view(wide)
         upper = high.view(wide)[: values.size]
+        # lo + hi * 2**slot  ->  lo + hi * 2**width: subtract hi * (2**slot - 2**width); 3 passes, not 4
         np.right_shift(values, wide.type(slot), out=upper)
-        np.left_shift(upper, wide.type(width), out=upper)
-        np.bitwise_and(values, wide.type((1 << slot) - 1), out=values)
-        np.bitwise_or(values, upper, out=values)
+        np.multiply(upper, wide.type((1 << slot) - (1 << width)), out=upper)
+        np.subtract(values, upper, out=values)
         width, slot = 2 * width, 2 * slot
     return values
 
 
-def _splice(units: np.ndarray[Any, Any], plan: _Plan, words: np.ndarray[Any, Any], temp: np.ndarray[Any, Any]) -> None:
-    """Put each group's units, ``unit`` bits apiece, back to back into its 64-bit ``words`` (one row per word)."""
-    if plan.units == 1:
-        words[0] = units[:, 0]
-        return
-    started = [False] * plan.words
-    for i, (word, shift) in enumerate(plan.places):
-        column = units[:, i]
-        if started[word]:
-            np.left_shift(column, np.uint64(shift), out=temp)
-            words[word] |= temp
-        else:
-            np.left_shift(column, np.uint64(shift), out=words[word])
-            started[word] = True
-        if shift + plan.unit > 64:  # the unit runs on into the next word; that word starts with its top bits
-            np.right_shift(column, np.uint64(64 - shift), out=words[word + 1])
-            started[word + 1] = True
+def _splice(
+    units: np.ndarray[Any, Any], plan: _Plan, words: np.ndarray[Any, Any], temp: np.ndarray[Any, Any]
+) -> np.ndarray[Any, Any]:
+    """Put each group's units, ``unit`` bits apiece, back to back into 64-bit words (one row per word)."""
+    if plan.units == 1:  # bits <= 8: the unit is the word
+        return units.reshape(1, -1)
+    for word, parts in enumerate(plan.parts):
+        target = words[word]
+        for k, (i, shift) in enumerate(parts):
+            column = units[:, i]
+            if k and not shift:
+                np.bitwise_or(target, column, out=target)
+                continue
+            into = temp if k else target
+            if shift >= 0:
+                np.left_shift(column, np.uint64(shift), out=into)
+            else:
+                np.right_shift(column, np.uint64(-shift), out=into)
+            if k:
+                np.bitwise_or(target, temp, out=target)
+    return words
 
 
 def _store(words: np.ndarray[Any, Any], plan: _Plan, records: np.ndarray[Any, Any], temp: np.ndarray[Any, Any]) -> None:
@@ -236,6 +277,8 @@ def unpack_bits(
     stream = buffer.reshape(-1).view(np.uint8) if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8)
     if stream.size != nbytes:
         raise DecodeError.make(field, f"{nbytes} bytes ({count} ids of {bits} bits)", f"{stream.size} bytes", raw=True)
+    if count <= _SMALL_COUNT:
+        return _unpack_small(stream, count, bits, out_dtype, field)
     plan = _plan(bits)
     groups = -(-count // 8)
     whole = nbytes // bits  # groups wholly inside the stream; only the last one can be short
@@ -259,37 +302,44 @@ def unpack_bits(
 
 
 def _unpack_groups(records: np.ndarray[Any, Any], plan: _Plan, scratch: _Scratch, out: np.ndarray[Any, Any]) -> None:
+    """Unpack whole groups: the inverse of :func:`_store`, :func:`_splice` and :func:`_merge_pairs`."""
     n = records.size
-    words = scratch.words[:, :n]
+    units = scratch.units[: n * plan.units].reshape(n, plan.units)
+    words = units.reshape(1, -1) if plan.units == 1 else scratch.words[:, :n]  # bits <= 8: the word is the unit
     temp = scratch.temp[:n]
     started = [False] * plan.words
-    for name, word, shift in plan.fields:  # the inverse of _store
+    for name, word, shift in plan.fields:
         if started[word]:
-            np.left_shift(records[name], np.uint64(shift), out=temp, casting="unsafe")
-            words[word] |= temp
+            # Widen first: NumPy 1.x picks a narrow shift loop for a narrow field (value-based casting).
+            temp[...] = records[name]
+            np.left_shift(temp, np.uint64(shift), out=temp)
+            np.bitwise_or(words[word], temp, out=words[word])
         else:
             words[word] = records[name]
             started[word] = True
-    units = scratch.units[: n * plan.units].reshape(n, plan.units)
-    _unsplice(words, plan, units, temp)
+    if plan.units > 1:
+        _unsplice(words, plan, units, temp)
     out[...] = _split_pairs(units.reshape(-1), plan, scratch.high[: n * plan.units])
 
 
 def _unsplice(
     words: np.ndarray[Any, Any], plan: _Plan, units: np.ndarray[Any, Any], temp: np.ndarray[Any, Any]
 ) -> None:
-    """Read each group's units back out of its words (the inverse of :func:`_splice`)."""
-    if plan.units == 1:  # bits <= 8: the unit is the whole word; bytes past ``bits`` were never set
-        units[:, 0] = words[0]
-        return
+    """Read each group's units (two or more) back out of its words (the inverse of :func:`_splice`)."""
     mask = np.uint64((1 << plan.unit) - 1)
     for i, (word, shift) in enumerate(plan.places):
-        np.right_shift(words[word], np.uint64(shift), out=temp)
-        if shift + plan.unit > 64:
-            np.bitwise_or(temp, words[word + 1] << np.uint64(64 - shift), out=temp)
+        column = units[:, i]
+        source = words[word]
+        if shift:
+            np.right_shift(source, np.uint64(shift), out=column)
+            source = column
+        if shift + plan.unit > 64:  # the unit's top bits are at the bottom of the next word
+            np.left_shift(words[word + 1], np.uint64(64 - shift), out=temp)
+            np.bitwise_or(column, temp, out=column)
         if i + 1 < plan.units:  # the last unit ends at the group's last bit: nothing above it to clear
-            np.bitwise_and(temp, mask, out=temp)
-        units[:, i] = temp
+            np.bitwise_and(source, mask, out=column)
+        elif source is not column:
+            column[...] = source
 
 
 def _split_pairs(units: np.ndarray[Any, Any], plan: _Plan, high: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
@@ -302,7 +352,6 @@ def _split_pairs(units: np.ndarray[Any, Any], plan: _Plan, high: np.ndarray[Any,
         values = values.view(wide)
         upper = high.view(wide)[: values.size]
         np.right_shift(values, wide.type(width), out=upper)
-        np.left_shift(upper, wide.type(slot), out=upper)
-        np.bitwise_and(values, wide.type((1 << width) - 1), out=values)
-        np.bitwise_or(values, upper, out=values)
+        np.multiply(upper, wide.type((1 << slot) - (1 << width)), out=upper)
+        np.add(values, upper, out=values)
     return values.view(_LE_UINT[slot])

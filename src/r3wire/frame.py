@@ -162,12 +162,11 @@ def decode_routes_frame(
         )
     data = raw[FRAME_HEADER_SIZE:]
     if bits is not None:
-        routes = bitpack.unpack_bits(data, count, bits, wire_dtype, field=KEY_DATA)
+        routes = bitpack.unpack_bits(data, count, bits, wire_dtype, field=KEY_DATA).reshape(shape)
     else:
-        routes = data.view(wire_dtype)
+        routes = data.view(wire_dtype).reshape(shape)
         if copy or not routes.flags.aligned or not routes.dtype.isnative:
             routes = routes.astype(wire_dtype.newbyteorder("="))  # astype copies: aligned, native, writable
-    routes = routes.reshape(shape)
     check_ids(routes, dtype, bound=wire_experts or expected_experts, canonical=wire_experts is None, bits=bits)
     return routes
 

@@ -1,0 +1,181 @@
+"""Property tests for bit packing and the routes frame: round trips at every width, shape and source layout, the
+kernel against the bit-by-bit reference, and the decoders' fuzzing promise (only DecodeError, never another
+exception) for packed envelopes and frames."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from bitref import pack_reference, unpack_reference
+from r3wire import DecodeError, bitpack, decode_routes, decode_routes_frame, encode_routes, encode_routes_frame
+from r3wire.bitpack import MAX_BITS, pack_bits, unpack_bits
+
+pytestmark = pytest.mark.property
+
+SOURCE_DTYPES = ["u1", "i1", "<u2", ">u2", "<i2", ">i2", "<i4", ">i4", "<u4", "<i8", ">u8"]
+
+
+@st.composite
+def ids_and_bits(draw: st.DrawFn) -> tuple[list[int], int]:
+    bits = draw(st.integers(1, MAX_BITS))
+    top = (1 << bits) - 1
+    value = st.one_of(st.sampled_from([0, 1, top, top >> 1, (top >> 1) + 1]), st.integers(0, top))
+    return draw(st.lists(value, max_size=40)), bits
+
+
+@given(ids_and_bits(), st.sampled_from([-1, 10**9]))
+def test_kernel_matches_reference(case: tuple[list[int], int], small_count: int) -> None:
+    ids, bits = case
+    default = bitpack._SMALL_COUNT
+    bitpack._SMALL_COUNT = small_count  # type: ignore[misc]  # -1: the chunked kernel; 10**9: the packbits path
+    try:
+        stream = pack_bits(np.array(ids, dtype=np.int64), bits)
+        back = unpack_bits(stream.tobytes(), len(ids), bits, np.int32)
+    finally:
+        bitpack._SMALL_COUNT = default  # type: ignore[misc]
+    assert stream.tobytes() == pack_reference(ids, bits)
+    assert back.tolist() == unpack_reference(stream.tobytes(), len(ids), bits) == ids
+
+
+@st.composite
+def routes_and_experts(draw: st.DrawFn) -> tuple[np.ndarray[Any, Any], int | None]:
+    shape = draw(hnp.array_shapes(min_dims=3, max_dims=3, min_side=0, max_side=7))
+    dtype: np.dtype[Any] = np.dtype(draw(st.sampled_from(SOURCE_DTYPES)))
+    limit = min(int(np.iinfo(dtype.type).max), 2**31 - 1)
+    high = draw(st.one_of(st.sampled_from([0, 1, 7, 127, 255, 256, 383, 511, 32767, 32768, 2**31 - 1]), st.integers(0)))
+    high = min(high, limit)
+    boundary = [b for b in (0, high, high >> 1, (high >> 1) + 1) if b <= high]
+    ids = st.one_of(st.sampled_from(boundary), st.integers(0, high))
+    array: np.ndarray[Any, Any] = draw(hnp.arrays(dtype, shape, elements=ids))
+    view = draw(st.sampled_from(["plain", "fortran", "reversed", "readonly"]))
+    if view == "fortran":
+        array = np.asfortranarray(array)
+    elif view == "reversed":
+        array = array[::-1, :, ::-1]
+    elif view == "readonly":
+        array.flags.writeable = False
+    largest = int(array.max()) if array.size else 0
+    num_experts = draw(st.one_of(st.none(), st.integers(largest + 1, 2**31)))
+    return array, num_experts
+
+
+@given(routes_and_experts())
+def test_packed_envelope_round_trip_gives_the_unpacked_array(case: tuple[np.ndarray[Any, Any], int | None]) -> None:
+    routes, num_experts = case
+    envelope = encode_routes(routes, num_experts=num_experts, pack_bits=True)
+    packed = decode_routes(orjson.dumps(envelope), num_experts=num_experts)
+    plain = decode_routes(encode_routes(routes, num_experts=num_experts), num_experts=num_experts)
+    assert packed.dtype == plain.dtype
+    assert packed.shape == routes.shape
+    assert np.array_equal(packed, plain)
+    assert np.array_equal(packed, routes)
+    assert packed.flags.writeable
+    assert packed.flags.c_contiguous
+
+
+@given(routes_and_experts(), st.booleans(), st.sampled_from(["bytes", "bytearray", "memoryview"]))
+def test_frame_round_trip(case: tuple[np.ndarray[Any, Any], int | None], pack: bool, form: str) -> None:
+    routes, num_experts = case
+    frame = encode_routes_frame(routes, num_experts=num_experts, pack_bits=pack)
+    buffer: Any = {"bytes": frame, "bytearray": bytearray(frame), "memoryview": memoryview(frame)}[form]
+    back = decode_routes_frame(buffer, num_experts=num_experts)
+    expected = decode_routes(encode_routes(routes, num_experts=num_experts, pack_bits=pack))
+    assert back.dtype == expected.dtype
+    assert back.shape == routes.shape
+    assert np.array_equal(back, routes)
+    assert back.flags.c_contiguous
+    assert back.flags.aligned
+
+
+def _only_decode_error(decode: Any, payload: Any) -> None:
+    error: DecodeError | None = None
+    try:
+        result = decode(payload)
+    except DecodeError as exc:
+        error = exc
+    if error is None:
+        assert isinstance(result, np.ndarray)
+    else:
+        assert str(error)
+        assert error.field is None or isinstance(error.field, str)
+
+
+PACKED = encode_routes(np.array([[[1, 256, 383], [0, 2, 300]]]), num_experts=384, pack_bits=True)
+FIELD_VALUES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-3, 2**40),
+    st.floats(allow_nan=False),
+    st.text(max_size=12),
+    st.sampled_from(["uint8", "int16", "int32", "", "AAAA", "AQD+Bw==", PACKED["data"]]),
+    st.lists(st.integers(-1, 2**64), max_size=4),
+)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["set", "drop"]),
+            st.sampled_from(["data", "shape", "dtype", "num_experts", "bits", "schema", "version"]),
+            FIELD_VALUES,
+        ),
+        min_size=1,
+        max_size=3,
+    )
+)
+def test_mutated_packed_envelopes_raise_only_decode_error(changes: list[tuple[str, str, Any]]) -> None:
+    envelope = dict(PACKED)
+    for action, key, value in changes:
+        if action == "drop":
+            envelope.pop(key, None)
+        else:
+            envelope[key] = value
+    _only_decode_error(decode_routes, envelope)
+    _only_decode_error(decode_routes, json.dumps(envelope).encode())
+
+
+FRAMES = [
+    encode_routes_frame(np.array([[[1, 256, 383], [0, 2, 300]]]), num_experts=384, pack_bits=True),
+    encode_routes_frame(np.array([[[1, 256, 383], [0, 2, 300]]]), num_experts=384),
+    encode_routes_frame(np.array([[[1, 5, 3]]]), pack_bits=True),
+    encode_routes_frame(np.array([[[1, 5, 3]]])),
+]
+
+
+@given(
+    st.sampled_from(FRAMES),
+    st.lists(st.tuples(st.integers(0, 45), st.integers(0, 255)), max_size=4),
+    st.integers(-3, 3),
+)
+def test_corrupted_frames_raise_only_decode_error(frame: bytes, flips: list[tuple[int, int]], resize: int) -> None:
+    data = bytearray(frame)
+    for where, value in flips:
+        if where < len(data):
+            data[where] = value
+    if resize < 0:
+        del data[resize:]
+    else:
+        data.extend(b"\x00" * resize)
+    _only_decode_error(decode_routes_frame, bytes(data))
+    _only_decode_error(decode_routes_frame, data)
+
+
+@given(st.binary(max_size=80))
+def test_arbitrary_bytes_after_the_magic_raise_only_decode_error(tail: bytes) -> None:
+    _only_decode_error(decode_routes_frame, b"R3WF\x01" + tail)
+    _only_decode_error(decode_routes_frame, tail)
+
+
+@given(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 2**32 - 1), st.integers(0, 255))
+def test_claimed_frame_shape_never_allocates_beyond_the_buffer(rows: int, layers: int, top_k: int, bits: int) -> None:
+    header = struct.pack("<4sBBBBQQII", b"R3WF", 1, 3, bits, 0, rows, layers, top_k, 0)
+    _only_decode_error(decode_routes_frame, header + b"\x00" * 16)
