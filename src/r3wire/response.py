@@ -120,6 +120,11 @@ def _inert(items: Sequence[Any]) -> bool:
     return False
 
 
+def _nonce() -> str:
+    """A placeholder prefix no document can contain by chance or design: 64 random bits per call."""
+    return f"r3wire-blob:{os.urandom(8).hex()}:"
+
+
 def _is_tensor(value: object) -> bool:
     torch = sys.modules.get("torch")  # a tensor can only exist if the caller imported torch
     return torch is not None and isinstance(value, torch.Tensor)
@@ -138,8 +143,8 @@ class _Writer:
         self.routes_keys = routes_keys
         self.splice = splice
         # A placeholder must not occur anywhere else in the output; a random nonce per call makes that
-        # impossible to arrange, and _splice checks it anyway.
-        self.nonce = f"r3wire-blob:{os.urandom(8).hex()}:"
+        # impossible to arrange, and _splice checks it anyway. Made with the first blob: small documents have none.
+        self.nonce = ""
         self.blobs: list[bytes] = []
 
     def value(self, value: Any, routes: bool) -> Any:
@@ -232,6 +237,8 @@ class _Writer:
         buffer = wire_buffer(wire)
         if not self.splice or buffer.nbytes < _SPLICE_MIN:
             return build_envelope(wire, name, schema, extra, shape=shape)
+        if not self.nonce:
+            self.nonce = _nonce()
         placeholder = f"{self.nonce}{len(self.blobs)}"
         self.blobs.append(b64encode_bytes(buffer))
         return build_envelope(wire, name, schema, extra, shape=shape, data=placeholder)
@@ -453,7 +460,7 @@ def _cut_blobs(raw: bytes | bytearray) -> tuple[bytes | bytearray, dict[str, tup
     blobs: dict[str, tuple[int, int]] = {}
     pieces: list[bytes | memoryview] = []
     view = memoryview(raw)
-    nonce = f"r3wire-blob:{os.urandom(8).hex()}:"
+    nonce = ""
     prev = pos = 0
     while (at := raw.find(_DATA_KEY, pos)) >= 0:
         start = at + len(_DATA_KEY)
@@ -468,6 +475,7 @@ def _cut_blobs(raw: bytes | bytearray) -> tuple[bytes | bytearray, dict[str, tup
             slashes += 1
         if slashes % 2:
             continue
+        nonce = nonce or _nonce()
         placeholder = f"{nonce}{len(blobs)}"
         blobs[placeholder] = (start, end)
         pieces.append(view[prev:start])
