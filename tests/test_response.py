@@ -23,7 +23,8 @@ from r3wire import (
 from r3wire.synthetic import synthetic_routes
 
 SMALL = np.array([[[1, 0], [7, 3]], [[2, 5], [0, 6]]], dtype=np.int32)
-BIG = synthetic_routes(300, layers=4, top_k=2, num_experts=16, seed=3)  # 2400 ids: spliced as raw bytes
+BIG = synthetic_routes(400, layers=4, top_k=2, num_experts=16, seed=3)  # 3200 ids: cut out of the text by loads
+HUGE = synthetic_routes(9000, layers=4, top_k=4, num_experts=16, seed=4)  # 144000 ids: also spliced in by dumps
 
 
 def _response(routes: np.ndarray[Any, Any]) -> dict[str, Any]:
@@ -53,7 +54,7 @@ def _with_envelopes(routes: np.ndarray[Any, Any], num_experts: int | None, pack_
     return doc
 
 
-@pytest.mark.parametrize("routes", [SMALL, BIG], ids=["small", "big"])
+@pytest.mark.parametrize("routes", [SMALL, BIG, HUGE], ids=["small", "big", "huge"])
 @pytest.mark.parametrize("num_experts", [None, 16])
 @pytest.mark.parametrize("pack_bits", [False, True])
 def test_dumps_writes_exactly_the_envelopes_encode_would(
@@ -65,7 +66,7 @@ def test_dumps_writes_exactly_the_envelopes_encode_would(
     assert json.loads(text) == expected  # any JSON parser reads it
 
 
-@pytest.mark.parametrize("routes", [SMALL, BIG], ids=["small", "big"])
+@pytest.mark.parametrize("routes", [SMALL, BIG, HUGE], ids=["small", "big", "huge"])
 @pytest.mark.parametrize("pack_bits", [False, True])
 def test_loads_round_trip(routes: np.ndarray[Any, Any], pack_bits: bool) -> None:
     doc = r3wire.loads(r3wire.dumps(_response(routes), num_experts=16, pack_bits=pack_bits))
@@ -86,7 +87,7 @@ def test_loads_round_trip(routes: np.ndarray[Any, Any], pack_bits: bool) -> None
 
 
 def test_routes_keys_choose_the_schema() -> None:
-    doc = {"routed_experts": SMALL, "other": SMALL, "nested": [{"routed_experts": BIG}]}
+    doc = {"routed_experts": SMALL, "other": SMALL, "nested": [{"routed_experts": HUGE}]}
     plain = json.loads(r3wire.dumps(doc))
     assert plain["routed_experts"]["schema"] == "r3wire.routes"
     assert plain["routed_experts"]["dtype"] == "uint8"
@@ -101,11 +102,11 @@ def test_routes_keys_choose_the_schema() -> None:
 
 
 def test_dumps_does_not_touch_the_callers_document() -> None:
-    doc = _response(BIG)
+    doc = _response(HUGE)
     inner = doc["choices"][0]
     r3wire.dumps(doc)
     assert doc["choices"][0] is inner
-    assert inner["routed_experts"] is BIG
+    assert inner["routed_experts"] is HUGE
 
 
 def test_top_level_values() -> None:
@@ -119,9 +120,9 @@ def test_top_level_values() -> None:
 
 
 def test_options_pass_to_orjson() -> None:
-    text = r3wire.dumps({"b": 1, "a": BIG}, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    text = r3wire.dumps({"b": 1, "a": HUGE}, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
     assert text.startswith(b'{\n  "a": {')
-    assert np.array_equal(r3wire.loads(text)["a"], BIG)
+    assert np.array_equal(r3wire.loads(text)["a"], HUGE)
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), np.float32("nan"), np.float64("-inf")])
@@ -174,11 +175,11 @@ def _envelope_text(**changes: Any) -> bytes:
 @pytest.mark.parametrize(
     ("changes", "field", "error"),
     [
-        ({"shape": [300, 4]}, "$.choices[0].routed_experts.shape", DecodeError),
+        ({"shape": [400, 4]}, "$.choices[0].routed_experts.shape", DecodeError),
         ({"dtype": "int64"}, "$.choices[0].routed_experts.dtype", DecodeError),
         ({"version": 99}, "$.choices[0].routed_experts.version", UnsupportedVersionError),
-        ({"data": "AAAA" * 700}, "$.choices[0].routed_experts.data", DecodeError),
-        ({"data": "*" * 3200}, "$.choices[0].routed_experts.data", DecodeError),
+        ({"data": "AAAA" * 1300}, "$.choices[0].routed_experts.data", DecodeError),
+        ({"data": "*" * 5000}, "$.choices[0].routed_experts.data", DecodeError),
         ({"num_experts": 8}, "$.choices[0].routed_experts.data[0, 0, 1]", DecodeError),
     ],
 )
@@ -206,7 +207,7 @@ def test_loads_checks_against_the_callers_limits() -> None:
 def test_loads_leaves_non_envelopes_alone() -> None:
     seed = {"data": "AQID", "shape": [1, 1, 3], "dtype": "uint8"}  # the seed's envelope: nothing says "routes"
     other = {"schema": "r3wire.logprobs", "data": "AQID"}
-    blob = "QUJD" * 1000  # long base64-looking "data" of an ordinary object: cut out, then put back
+    blob = "QUJD" * 1100  # long base64-looking "data" of an ordinary object: cut out, then put back
     doc = {"seed": seed, "other": other, "payload": {"data": blob}, "list": [{"data": blob + "=="}]}
     assert r3wire.loads(orjson.dumps(doc)) == doc
 
@@ -218,13 +219,13 @@ def test_loads_leaves_non_envelopes_alone() -> None:
         b'{"data":"' + b"x" * 5000 + b'\\"y","k":1}',
         b'{"data":"' + b"\\\\" * 3000 + b'"}',
         # The key "data" spelled inside another key, and inside string values.
-        b'{"x\\"data":"' + b"A" * 4000 + b'","y":"\\"data\\":\\"' + b"B" * 4000 + b'"}',
-        b'["\\\\", {"data":"' + b"C" * 4000 + b'"}]',
+        b'{"x\\"data":"' + b"A" * 5000 + b'","y":"\\"data\\":\\"' + b"B" * 5000 + b'"}',
+        b'["\\\\", {"data":"' + b"C" * 5000 + b'"}]',
         # Duplicate keys: the last one wins, as in orjson.
-        b'{"data":"' + b"D" * 4000 + b'","data":"' + b"E" * 4000 + b'"}',
+        b'{"data":"' + b"D" * 5000 + b'","data":"' + b"E" * 5000 + b'"}',
         # Non-ASCII and escapes that spell an envelope's schema.
         b'{"data":"' + "é".encode() * 3000 + b'","s":"\\u00e9"}',
-        b' { "data" : "' + b"F" * 4000 + b'" } ',
+        b' { "data" : "' + b"F" * 5000 + b'" } ',
     ],
 )
 def test_loads_equals_orjson_on_documents_without_envelopes(text: bytes) -> None:
@@ -237,10 +238,10 @@ def test_loads_equals_orjson_on_documents_without_envelopes(text: bytes) -> None
 @pytest.mark.parametrize(
     "text",
     [
-        b'{"data":"' + b"A" * 4000 + b'\x01"}',  # a control character inside a string is not JSON
-        b'{"data":"' + b"A" * 4000 + b'\xff"}',  # nor is invalid UTF-8
-        b'{"data":"' + b"A" * 4000 + b'"',
-        b'{"a":"x"data":"' + b"A" * 4000 + b'"}',
+        b'{"data":"' + b"A" * 5000 + b'\x01"}',  # a control character inside a string is not JSON
+        b'{"data":"' + b"A" * 5000 + b'\xff"}',  # nor is invalid UTF-8
+        b'{"data":"' + b"A" * 5000 + b'"',
+        b'{"a":"x"data":"' + b"A" * 5000 + b'"}',
         b'{"a":1,}',
         b"",
     ],
