@@ -14,7 +14,7 @@ from typing import Any
 
 from r3wire.errors import DecodeError
 
-__all__ = ["BACKEND", "b64decode_strict", "b64encode_text", "encoded_length"]
+__all__ = ["BACKEND", "b64decode_strict", "b64encode_bytes", "b64encode_text", "encoded_length"]
 
 _pybase64: Any
 try:
@@ -47,6 +47,14 @@ def b64encode_text(buffer: memoryview) -> str:
         raw: bytes = _pybase64.b64encode(buffer)
         return raw.decode("ascii")
     return binascii.b2a_base64(buffer, newline=False).decode("ascii")
+
+
+def b64encode_bytes(buffer: memoryview) -> bytes:
+    """Encode a contiguous byte buffer as padded standard base64, as ASCII ``bytes`` (no ``str`` is made)."""
+    if _pybase64 is not None:
+        raw: bytes = _pybase64.b64encode(buffer)
+        return raw
+    return binascii.b2a_base64(buffer, newline=False)
 
 
 def _ascii(text: str | bytes | bytearray | memoryview, field: str) -> bytes | bytearray | memoryview | str:

@@ -19,7 +19,15 @@ from r3wire.bitpack import packed_nbytes, unpack_bits
 from r3wire.errors import DecodeError, EncodeError
 from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_SHAPE, WIRE_DTYPES, Schema
 
-__all__ = ["Header", "build_envelope", "decode_data", "read_header", "to_wire_bytes", "wire_dtype_name"]
+__all__ = [
+    "Header",
+    "build_envelope",
+    "decode_data",
+    "read_header",
+    "to_wire_bytes",
+    "wire_buffer",
+    "wire_dtype_name",
+]
 
 _LITTLE = sys.byteorder == "little"
 
@@ -57,14 +65,15 @@ def build_envelope(
     extra: Mapping[str, Any] | None = None,
     *,
     shape: Sequence[int] | None = None,
+    data: object = None,
 ) -> dict[str, Any]:
     """The envelope of ``wire`` (from :func:`to_wire_bytes`): data first, then shape, dtype, schema, extras.
 
     ``shape`` is the logical shape when ``wire`` holds something else, such as the bytes of bit-packed ids.
+    ``data`` replaces the base64 text when given: a writer that splices the bytes in itself passes a placeholder.
     """
-    flat = wire.reshape(-1).view(np.uint8)
     envelope: dict[str, Any] = {
-        KEY_DATA: b64encode_text(flat.data),
+        KEY_DATA: b64encode_text(wire_buffer(wire)) if data is None else data,
         KEY_SHAPE: [int(n) for n in (wire.shape if shape is None else shape)],
         KEY_DTYPE: name,
     }
@@ -72,6 +81,11 @@ def build_envelope(
     if extra:
         envelope.update(extra)
     return envelope
+
+
+def wire_buffer(wire: np.ndarray[Any, Any]) -> memoryview:
+    """The bytes of ``wire`` (from :func:`to_wire_bytes`) as a flat memoryview, without copying."""
+    return wire.reshape(-1).view(np.uint8).data
 
 
 @dataclass(frozen=True, slots=True)

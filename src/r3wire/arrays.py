@@ -46,10 +46,20 @@ def encode_array(array: Any, *, dtypes: Collection[str] | None = None) -> dict[s
     Raises:
         EncodeError: the value is not an array, or its dtype is not an allowed wire dtype.
     """
+    wire, name = array_wire(array, dtypes=dtypes)
+    return build_envelope(wire, name, ARRAY_SCHEMA)
+
+
+def array_wire(array: Any, *, dtypes: Collection[str] | None = None) -> tuple[np.ndarray[Any, Any], str]:
+    """Check an array and return the wire array and its dtype name: :func:`encode_array` without base64.
+
+    Raises:
+        EncodeError: as :func:`encode_array`.
+    """
     allowed = _allowed(dtypes)
     arr = as_numpy(array, field="array")
     name = wire_dtype_name(arr.dtype, field="array", allowed=allowed)
-    return build_envelope(to_wire_bytes(arr, name), name, ARRAY_SCHEMA)
+    return to_wire_bytes(arr, name), name
 
 
 def decode_array(

@@ -62,15 +62,30 @@ def encode_routes(routes: Any, *, num_experts: int | None = None, pack_bits: boo
     Raises:
         EncodeError: not a 3-d integer array, a negative id, an id ≥ ``num_experts``, or an id ≥ 2**31.
     """
+    wire, name, extra, shape = routes_wire(routes, num_experts=num_experts, pack_bits=pack_bits)
+    return build_envelope(wire, name, ROUTES_SCHEMA, extra, shape=shape)
+
+
+def routes_wire(
+    routes: Any, *, num_experts: int | None, pack_bits: bool
+) -> tuple[np.ndarray[Any, Any], str, dict[str, Any], tuple[int, ...] | None]:
+    """:func:`encode_routes` without the base64 step, for writers that place the bytes themselves.
+
+    Returns the wire bytes (as an array), the dtype name, the extra envelope fields and the logical shape when
+    the wire array has another (bit-packed).
+
+    Raises:
+        EncodeError: as :func:`encode_routes`.
+    """
     plan = prepare_routes(routes, num_experts=num_experts, pack_bits=pack_bits)
     extra: dict[str, Any] = {}
     if plan.num_experts is not None:
         extra[KEY_NUM_EXPERTS] = plan.num_experts
     if plan.bits is None:
-        return build_envelope(to_wire_bytes(plan.array, plan.dtype), plan.dtype, ROUTES_SCHEMA, extra)
+        return to_wire_bytes(plan.array, plan.dtype), plan.dtype, extra, None
     extra[KEY_BITS] = plan.bits
     packed = bitpack.pack_bits(plan.array, plan.bits, checked=True)
-    return build_envelope(packed, plan.dtype, ROUTES_SCHEMA, extra, shape=plan.array.shape)
+    return packed, plan.dtype, extra, plan.array.shape
 
 
 def decode_routes(

@@ -1,0 +1,323 @@
+"""r3wire.dumps / r3wire.loads: whole JSON responses with arrays anywhere in them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+import r3wire
+from r3wire import (
+    DecodeError,
+    EncodeError,
+    R3WireError,
+    UnsupportedVersionError,
+    decode_routes,
+    encode_array,
+    encode_routes,
+)
+from r3wire.synthetic import synthetic_routes
+
+SMALL = np.array([[[1, 0], [7, 3]], [[2, 5], [0, 6]]], dtype=np.int32)
+BIG = synthetic_routes(400, layers=4, top_k=2, num_experts=16, seed=3)  # 3200 ids: cut out of the text by loads
+HUGE = synthetic_routes(9000, layers=4, top_k=4, num_experts=16, seed=4)  # 144000 ids: also spliced in by dumps
+
+
+def _response(routes: np.ndarray[Any, Any]) -> dict[str, Any]:
+    return {
+        "id": "cmpl-1",
+        "choices": [
+            {
+                "index": 0,
+                "text": 'say "data":"AAAA" \\ and \u00e9',
+                "routed_experts": routes,
+                "logprobs": {"values": np.array([-0.5, -1.25, np.nan], dtype=np.float32), "ids": [1, 2, 3]},
+                "mask": np.array([True, False]),
+            }
+        ],
+        "usage": {"prompt_tokens": np.int64(7), "ratio": np.float32(0.5), "flag": np.bool_(True)},
+    }
+
+
+def _with_envelopes(routes: np.ndarray[Any, Any], num_experts: int | None, pack_bits: bool) -> dict[str, Any]:
+    """The same document written the slow, obvious way: each array encoded, then plain orjson."""
+    doc = _response(routes)
+    choice = doc["choices"][0]
+    choice["routed_experts"] = encode_routes(routes, num_experts=num_experts, pack_bits=pack_bits)
+    choice["logprobs"]["values"] = encode_array(choice["logprobs"]["values"])
+    choice["mask"] = encode_array(choice["mask"])
+    doc["usage"] = {"prompt_tokens": 7, "ratio": 0.5, "flag": True}
+    return doc
+
+
+@pytest.mark.parametrize("routes", [SMALL, BIG, HUGE], ids=["small", "big", "huge"])
+@pytest.mark.parametrize("num_experts", [None, 16])
+@pytest.mark.parametrize("pack_bits", [False, True])
+def test_dumps_writes_exactly_the_envelopes_encode_would(
+    routes: np.ndarray[Any, Any], num_experts: int | None, pack_bits: bool
+) -> None:
+    text = r3wire.dumps(_response(routes), num_experts=num_experts, pack_bits=pack_bits)
+    expected = _with_envelopes(routes, num_experts, pack_bits)
+    assert text == orjson.dumps(expected)
+    assert json.loads(text) == expected  # any JSON parser reads it
+
+
+@pytest.mark.parametrize("routes", [SMALL, BIG, HUGE], ids=["small", "big", "huge"])
+@pytest.mark.parametrize("pack_bits", [False, True])
+def test_loads_round_trip(routes: np.ndarray[Any, Any], pack_bits: bool) -> None:
+    doc = r3wire.loads(r3wire.dumps(_response(routes), num_experts=16, pack_bits=pack_bits))
+    choice = doc["choices"][0]
+    back = choice["routed_experts"]
+    assert back.dtype == np.uint8  # routes are compacted: num_experts=16 fixes uint8
+    assert np.array_equal(back, routes)
+    assert back.flags.writeable
+    assert back.flags.c_contiguous
+    values = choice["logprobs"]["values"]
+    assert values.dtype == np.float32
+    assert values.tobytes() == np.array([-0.5, -1.25, np.nan], dtype=np.float32).tobytes()
+    assert choice["mask"].dtype == np.bool_
+    assert choice["mask"].tolist() == [True, False]
+    assert choice["text"] == 'say "data":"AAAA" \\ and \u00e9'
+    assert choice["logprobs"]["ids"] == [1, 2, 3]
+    assert doc["usage"] == {"prompt_tokens": 7, "ratio": 0.5, "flag": True}
+
+
+def test_routes_keys_choose_the_schema() -> None:
+    doc = {"routed_experts": SMALL, "other": SMALL, "nested": [{"routed_experts": HUGE}]}
+    plain = json.loads(r3wire.dumps(doc))
+    assert plain["routed_experts"]["schema"] == "r3wire.routes"
+    assert plain["routed_experts"]["dtype"] == "uint8"
+    assert plain["other"]["schema"] == "r3wire.array"
+    assert plain["other"]["dtype"] == "int32"
+    assert plain["nested"][0]["routed_experts"]["schema"] == "r3wire.routes"
+    none = json.loads(r3wire.dumps(doc, routes_keys=()))
+    assert none["routed_experts"]["schema"] == "r3wire.array"
+    custom = json.loads(r3wire.dumps(doc, routes_keys="other"))
+    assert custom["other"]["schema"] == "r3wire.routes"
+    assert custom["routed_experts"]["schema"] == "r3wire.array"
+
+
+def test_dumps_does_not_touch_the_callers_document() -> None:
+    doc = _response(HUGE)
+    inner = doc["choices"][0]
+    r3wire.dumps(doc)
+    assert doc["choices"][0] is inner
+    assert inner["routed_experts"] is HUGE
+
+
+def test_top_level_values() -> None:
+    assert np.array_equal(r3wire.loads(r3wire.dumps(BIG)), BIG)
+    assert r3wire.loads(r3wire.dumps([SMALL, (1, 2)]))[1] == [1, 2]
+    assert r3wire.loads(r3wire.dumps(np.float64(2.5))) == 2.5
+    zero_d = r3wire.loads(r3wire.dumps(np.array(3, dtype=np.int16)))
+    assert zero_d.shape == ()
+    assert zero_d.dtype == np.int16
+    assert r3wire.loads(b'"text"') == "text"
+
+
+def test_options_pass_to_orjson() -> None:
+    text = r3wire.dumps({"b": 1, "a": HUGE}, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2)
+    assert text.startswith(b'{\n  "a": {')
+    assert np.array_equal(r3wire.loads(text)["a"], HUGE)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), np.float32("nan"), np.float64("-inf")])
+def test_non_finite_floats_are_refused_not_nulled(bad: Any) -> None:
+    doc = {"choices": [{"logprobs": [0.0, bad]}]}
+    with pytest.raises(EncodeError, match=r"^\$\.choices\[0\]\.logprobs\[1\] must be a finite number") as info:
+        r3wire.dumps(doc)
+    assert info.value.field == "$.choices[0].logprobs[1]"
+
+
+def test_encode_errors_name_the_path() -> None:
+    bad = SMALL.copy()
+    bad[1, 0, 1] = -4
+    with pytest.raises(EncodeError, match=r"^\$\.choices\[0\]\.routed_experts\[1, 0, 1\] must be a non-negative"):
+        r3wire.dumps({"choices": [{"routed_experts": bad}]})
+    with pytest.raises(EncodeError, match=r'^\$\["a b"\]\.routed_experts must be a 3-d array') as info:
+        r3wire.dumps({"a b": {"routed_experts": np.zeros((2, 2), dtype=np.int32)}})
+    assert info.value.expected == "a 3-d array [rows, layers, top_k]"
+    with pytest.raises(EncodeError, match=r"routed_experts\[0, 0, 0\] must be an expert id below num_experts=4"):
+        r3wire.dumps({"routed_experts": SMALL + 4}, num_experts=4)
+    with pytest.raises(EncodeError, match=r"^\$\.x\.dtype must be one of"):
+        r3wire.dumps({"x": np.array([1 + 2j])})
+
+
+def test_unserializable_values() -> None:
+    with pytest.raises(EncodeError, match=r"^\$ must be JSON-serializable"):
+        r3wire.dumps({"x": {1, 2}})
+    cycle: list[Any] = []
+    cycle.append(cycle)
+    with pytest.raises(EncodeError):
+        r3wire.dumps(cycle)
+    with pytest.raises(R3WireError, match="num_experts must be an integer"):
+        r3wire.dumps({}, num_experts=0)
+    with pytest.raises(R3WireError, match="pack_bits must be a bool"):
+        r3wire.dumps({}, pack_bits="yes")  # type: ignore[arg-type]
+    with pytest.raises(R3WireError, match="routes_keys"):
+        r3wire.dumps({}, routes_keys=[["unhashable"]])  # type: ignore[list-item]
+
+
+def _envelope(**changes: Any) -> dict[str, Any]:
+    envelope = encode_routes(BIG, num_experts=16)
+    envelope.update(changes)
+    return envelope
+
+
+def _envelope_text(**changes: Any) -> bytes:
+    return orjson.dumps({"choices": [{"routed_experts": _envelope(**changes)}]})
+
+
+@pytest.mark.parametrize(
+    ("changes", "field", "error"),
+    [
+        ({"shape": [400, 4]}, "$.choices[0].routed_experts.shape", DecodeError),
+        ({"dtype": "int64"}, "$.choices[0].routed_experts.dtype", DecodeError),
+        ({"version": 99}, "$.choices[0].routed_experts.version", UnsupportedVersionError),
+        ({"data": "AAAA" * 1300}, "$.choices[0].routed_experts.data", DecodeError),
+        ({"data": "*" * 5000}, "$.choices[0].routed_experts.data", DecodeError),
+        ({"num_experts": 8}, "$.choices[0].routed_experts.data[0, 0, 1]", DecodeError),
+    ],
+)
+def test_decode_errors_name_the_path(changes: dict[str, Any], field: str, error: type[DecodeError]) -> None:
+    with pytest.raises(error) as direct:
+        decode_routes(_envelope(**changes))
+    with pytest.raises(error) as info:
+        r3wire.loads(_envelope_text(**changes))
+    assert type(info.value) is error
+    assert info.value.field == field
+    assert str(info.value) == f"$.choices[0].routed_experts.{direct.value}"
+    assert (info.value.expected, info.value.got) == (direct.value.expected, direct.value.got)
+
+
+def test_loads_checks_against_the_callers_limits() -> None:
+    text = _envelope_text()
+    with pytest.raises(DecodeError, match=r"routed_experts\.num_experts must be 32 \(the caller's num_experts\)"):
+        r3wire.loads(text, num_experts=32)
+    with pytest.raises(DecodeError, match=r"routed_experts\.shape must be at most max_elements=100"):
+        r3wire.loads(text, max_elements=100)
+    with pytest.raises(R3WireError, match="max_elements"):
+        r3wire.loads(text, max_elements=-1)
+
+
+def test_loads_leaves_non_envelopes_alone() -> None:
+    seed = {"data": "AQID", "shape": [1, 1, 3], "dtype": "uint8"}  # the seed's envelope: nothing says "routes"
+    other = {"schema": "r3wire.unknown", "data": "AQID"}  # a schema name r3wire does not know
+    blob = "QUJD" * 1100  # long base64-looking "data" of an ordinary object: cut out, then put back
+    doc = {"seed": seed, "other": other, "payload": {"data": blob}, "list": [{"data": blob + "=="}]}
+    assert r3wire.loads(orjson.dumps(doc)) == doc
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # A long string that is not base64, or holds escapes, under a "data" key.
+        b'{"data":"' + b"x" * 5000 + b'\\"y","k":1}',
+        b'{"data":"' + b"\\\\" * 3000 + b'"}',
+        # The key "data" spelled inside another key, and inside string values.
+        b'{"x\\"data":"' + b"A" * 5000 + b'","y":"\\"data\\":\\"' + b"B" * 5000 + b'"}',
+        b'["\\\\", {"data":"' + b"C" * 5000 + b'"}]',
+        # Duplicate keys: the last one wins, as in orjson.
+        b'{"data":"' + b"D" * 5000 + b'","data":"' + b"E" * 5000 + b'"}',
+        # Non-ASCII and escapes that spell an envelope's schema.
+        b'{"data":"' + "é".encode() * 3000 + b'","s":"\\u00e9"}',
+        b' { "data" : "' + b"F" * 5000 + b'" } ',
+    ],
+)
+def test_loads_equals_orjson_on_documents_without_envelopes(text: bytes) -> None:
+    assert r3wire.loads(text) == orjson.loads(text)
+    assert r3wire.loads(text.decode()) == orjson.loads(text)
+    assert r3wire.loads(bytearray(text)) == orjson.loads(text)
+    assert r3wire.loads(memoryview(text)) == orjson.loads(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"data":"' + b"A" * 5000 + b'\x01"}',  # a control character inside a string is not JSON
+        b'{"data":"' + b"A" * 5000 + b'\xff"}',  # nor is invalid UTF-8
+        b'{"data":"' + b"A" * 5000 + b'"',
+        b'{"a":"x"data":"' + b"A" * 5000 + b'"}',
+        b'{"a":1,}',
+        b"",
+    ],
+)
+def test_invalid_json_is_a_decode_error(text: bytes) -> None:
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(text)
+    with pytest.raises(DecodeError, match=r"^\$ must be valid JSON"):
+        r3wire.loads(text)
+
+
+def test_loads_input_types() -> None:
+    text = r3wire.dumps({"routed_experts": BIG})
+    for form in (text, bytearray(text), memoryview(text), text.decode()):
+        assert np.array_equal(r3wire.loads(form)["routed_experts"], BIG)
+    with pytest.raises(DecodeError, match=r"^\$ must be JSON text"):
+        r3wire.loads(123)  # type: ignore[arg-type]
+
+
+def test_escaped_schema_is_still_an_envelope() -> None:
+    envelope = encode_routes(SMALL)
+    text = json.dumps({"r": envelope}).replace("r3wire.routes", "r3wire\\u002eroutes").encode()
+    assert np.array_equal(r3wire.loads(text)["r"], SMALL)
+    spaced = json.dumps({"r": encode_routes(BIG)}, indent=1).encode()  # no splice: other spacing still decodes
+    assert np.array_equal(r3wire.loads(spaced)["r"], BIG)
+
+
+def test_deep_nesting_is_not_a_recursion_error() -> None:
+    for depth in (1000, 5000):
+        deep = b"[" * depth + b'{"a":1}' + b"]" * depth
+        try:
+            orjson.loads(deep)
+        except orjson.JSONDecodeError:
+            with pytest.raises(DecodeError):
+                r3wire.loads(deep)
+            continue
+        node = r3wire.loads(deep)
+        for _ in range(depth):
+            (node,) = node
+        assert node == {"a": 1}
+
+
+def test_tensors_are_arrays() -> None:
+    torch = pytest.importorskip("torch")
+    routes = torch.from_numpy(BIG.astype(np.int64))
+    doc = r3wire.loads(r3wire.dumps({"routed_experts": routes, "x": torch.ones(3)}, num_experts=16))
+    assert np.array_equal(doc["routed_experts"], BIG)
+    assert doc["x"].dtype == np.float32
+    assert "torch" in sys.modules
+
+
+def test_long_lists_are_still_checked_item_by_item() -> None:
+    floats = [0.5] * 40
+    floats[23] = float("nan")
+    with pytest.raises(EncodeError, match=r"^\$\.lp\[23\] must be a finite number"):
+        r3wire.dumps({"lp": floats})
+    huge = [1e308] * 40  # the sum overflows; every value is finite
+    assert r3wire.loads(r3wire.dumps(huge)) == huge
+    mixed: list[Any] = [65520] * 20 + [np.array(0.0, dtype=np.float16), "s", None]
+    back = r3wire.loads(r3wire.dumps(mixed))  # no arithmetic between the items (float16 would overflow)
+    assert back[:20] == [65520] * 20
+    assert back[20].dtype == np.float16
+    ids = [*range(100), {"routed_experts": SMALL}]
+    assert np.array_equal(r3wire.loads(r3wire.dumps(ids))[100]["routed_experts"], SMALL)
+
+
+def test_loads_decodes_logprobs_envelopes() -> None:
+    from r3wire import encode_logprobs
+
+    values = np.array([-0.25, -9999.0, -0.0], dtype=np.float32)
+    body = orjson.dumps({"logprobs": encode_logprobs(values)})
+    back = r3wire.loads(body)["logprobs"]
+    assert back.dtype == np.float32
+    assert back.tobytes() == values.tobytes()
+    bad = orjson.dumps({"logprobs": encode_logprobs(values) | {"data": "AADAfwAAwH8AAMB/"}})
+    with pytest.raises(DecodeError) as info:
+        r3wire.loads(bad)
+    assert info.value.field is not None
+    assert info.value.field.startswith("$.logprobs")
