@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from _strategies import JSON_VALUES
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -18,19 +19,6 @@ from r3wire import DecodeError, encode_logprobs, encode_routes
 from r3wire.vllm import Completion, decode_completion
 
 pytestmark = pytest.mark.property
-
-JSON_LEAVES = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=12),
-)
-JSON_VALUES = st.recursive(
-    JSON_LEAVES,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=16,
-)
 
 
 def _valid() -> dict[str, Any]:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from _strategies import JSON_VALUES
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -115,14 +116,6 @@ def _only_decode_error(payload: Any, name: str, **kwargs: Any) -> None:
         assert error.field is None or isinstance(error.field, str)
 
 
-JSON_LEAVES = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False), st.text(max_size=20)
-)
-JSON_VALUES = st.recursive(
-    JSON_LEAVES,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=20,
-)
 ANYTHING = st.one_of(JSON_VALUES, st.binary(max_size=96), st.text(max_size=96))
 
 

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from _strategies import JSON_VALUES
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -81,18 +82,6 @@ def test_array_round_trip_is_bit_exact(array: np.ndarray[Any, Any]) -> None:
     assert back.tobytes() == array.astype(back.dtype).tobytes()
 
 
-JSON_LEAVES = st.one_of(
-    st.none(),
-    st.booleans(),
-    st.integers(min_value=-(2**70), max_value=2**70),
-    st.floats(allow_nan=False, allow_infinity=False),
-    st.text(max_size=20),
-)
-JSON_VALUES = st.recursive(
-    JSON_LEAVES,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=20,
-)
 FIELD_VALUES = st.one_of(
     JSON_VALUES,
     st.sampled_from(["uint8", "int16", "int32", "r3wire.routes", "", "AAAA", "AA==", "/w==", "AAE="]),
