@@ -8,7 +8,7 @@ DIST_DIR must hold exactly one sdist and one wheel of r3wire. The checks:
 - file names and metadata carry the version in ``src/r3wire/_version.py``, the version's single source;
 - the wheel holds exactly the files of ``src/r3wire`` (``py.typed`` included), the license in its dist-info, and
   nothing else: no tests, benchmarks, scripts, caches or bytecode;
-- ``pip install r3wire`` brings exactly numpy and orjson; the extras fast, torch and vllm are declared;
+- ``pip install r3wire`` brings exactly numpy and orjson; the extras fast, torch, vllm, zstd and plot are declared;
 - the sdist holds the package, the test suite with its golden vectors, pyproject.toml, README, CHANGELOG and
   LICENSE, and no caches, bytecode, virtual environments or build output.
 
@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "r3wire"
 RUNTIME_REQUIREMENTS = {"numpy", "orjson"}
-EXTRAS = {"fast", "torch", "vllm"}
+EXTRAS = {"fast", "torch", "vllm", "zstd", "plot"}
 SDIST_TOP_FILES = {"pyproject.toml", "README.md", "CHANGELOG.md", "LICENSE", "PKG-INFO"}
 # Present in a working tree, never in a distribution.
 FORBIDDEN_PARTS = {"__pycache__", ".venv", ".git", ".hypothesis", ".mypy_cache", ".ruff_cache", ".pytest_cache"}

@@ -87,7 +87,7 @@ def test_requirements_without_extras_are_numpy_and_orjson() -> None:
         if not found:
             unconditional.add(name)
     assert unconditional == {"numpy", "orjson"}
-    assert extras == {"fast", "torch", "vllm"}
+    assert extras == {"fast", "torch", "vllm", "zstd", "plot"}
     assert set(metadata.metadata("r3wire").get_all("Provides-Extra") or []) == extras
 
 
