@@ -12,6 +12,8 @@ import numpy as np
 import orjson
 
 from r3wire._base64 import BACKEND
+from r3wire.frame import decode_routes_frame, encode_routes_frame
+from r3wire.response import dumps, loads
 from r3wire.routes import decode_routes, encode_routes
 from r3wire.synthetic import synthetic_routes
 
@@ -63,11 +65,26 @@ def run_demo(
         text = orjson.dumps({"routed_experts": encode_routes(routes, num_experts=num_experts)})
         return text, decode_routes(orjson.loads(text)["routed_experts"], num_experts=num_experts)
 
+    def r3wire_response() -> Any:
+        text = dumps({"routed_experts": routes}, num_experts=num_experts)
+        return text, loads(text, num_experts=num_experts)["routed_experts"]
+
+    def r3wire_packed() -> Any:
+        text = dumps({"routed_experts": routes}, num_experts=num_experts, pack_bits=True)
+        return text, loads(text, num_experts=num_experts)["routed_experts"]
+
+    def r3wire_frame() -> Any:
+        frame = encode_routes_frame(routes, num_experts=num_experts)
+        return frame, decode_routes_frame(frame, num_experts=num_experts)
+
     rows = []
     for name, fn, n in (
         ("JSON lists (json.dumps(arr.tolist()))", json_lists, max(1, repeat // 2)),
         ("orjson OPT_SERIALIZE_NUMPY", orjson_numpy, max(1, repeat // 2)),
         ("r3wire envelope (encode_routes)", r3wire_envelope, repeat),
+        ("r3wire.dumps / r3wire.loads", r3wire_response, repeat),
+        ("r3wire.dumps(pack_bits=True)", r3wire_packed, repeat),
+        ("r3wire binary frame (no JSON)", r3wire_frame, repeat),
     ):
         ms, (text, back) = _median_ms(fn, n)
         if not np.array_equal(back, routes):
@@ -81,4 +98,8 @@ def run_demo(
             f"{name:40} {size / 1e6:>9.2f} MB {ms:>9.1f} ms {base_bytes / size:>7.1f}x {base_ms / ms:>7.1f}x",
             file=out,
         )
-    print("\nround trip = encode -> JSON bytes -> parse -> decode; every transport was checked exact.", file=out)
+    print(
+        "\nround trip = encode -> bytes -> parse -> decode; every transport was checked exact."
+        "\nMore workloads and baselines: benchmarks/run.py (docs/performance.md).",
+        file=out,
+    )
