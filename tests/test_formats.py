@@ -322,7 +322,9 @@ def test_fireworks_modes_round_trip() -> None:
     assert bitmap.mask.tolist() == mask.tolist()
     assert np.array_equal(bitmap.routes[mask], routes[mask])
     assert not bitmap.routes[~mask].any()
-    assert np.array_equal(read(write(bitmap, "fireworks-r3v1"), **SHAPE).mask, mask)  # type: ignore[arg-type]
+    mask_back = read(write(bitmap, "fireworks-r3v1"), **SHAPE).mask
+    assert mask_back is not None
+    assert np.array_equal(mask_back, mask)
     nemo = read(write(bitmap, "nemo-rl"))
     assert (nemo.routes[~mask] == -1).all()
 

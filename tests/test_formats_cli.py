@@ -46,10 +46,11 @@ def test_inspect_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert len(report["layers"]) == 4
     layer0 = ROUTES[:, 0, :].ravel()
     values, counts = np.unique(layer0, return_counts=True)
+    most = int(np.max(counts))
     assert report["layers"][0]["distinct"] == len(values)
     top_id, top_share = report["layers"][0]["top"][0]
-    assert top_share == pytest.approx(counts.max() / layer0.size, abs=1e-6)
-    assert counts[list(values).index(top_id)] == counts.max()
+    assert top_share == pytest.approx(most / layer0.size, abs=1e-6)
+    assert counts[list(values).index(top_id)] == most
 
 
 def test_inspect_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -131,7 +131,8 @@ def routed_experts(output: Any, *, index: int | None = None) -> np.ndarray[Any, 
             raw=True,
         )
     # np.concatenate promotes mixed dtypes (int16 prompt, uint16 completion → int32): every id is kept exactly.
-    return np.concatenate([prompt, rows], axis=0)
+    joined: np.ndarray[Any, Any] = np.concatenate([prompt, rows], axis=0)
+    return joined
 
 
 def sampled_logprobs(
@@ -435,7 +436,7 @@ def _read_token_ids(value: object) -> np.ndarray[Any, Any]:
         i = next(i for i, v in enumerate(value) if type(v) is not int)
         raise DecodeError.make(f"{KEY_TOKEN_IDS}[{i}]", "a token id (a non-negative integer)", value[i])
     try:
-        array = np.array(value, dtype=np.int64)
+        array: np.ndarray[Any, Any] = np.array(value, dtype=np.int64)
     except OverflowError:
         i = next(i for i, v in enumerate(value) if not -(1 << 63) <= v < (1 << 63))
         raise DecodeError.make(f"{KEY_TOKEN_IDS}[{i}]", "a token id below 2**63", value[i]) from None
