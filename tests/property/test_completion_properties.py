@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from _strategies import JSON_VALUES
+from _fuzzing import JSON_VALUES, corrupted, decoded_or_none
 from hypothesis import given
 from hypothesis import strategies as st
 
-from r3wire import DecodeError, encode_logprobs, encode_routes
+from r3wire import encode_logprobs, encode_routes
 from r3wire.vllm import Completion, decode_completion
 
 pytestmark = pytest.mark.property
@@ -53,13 +53,8 @@ def mutated_fragments(draw: st.DrawFn) -> Any:
 
 
 def _only_decode_error(payload: Any) -> None:
-    error: DecodeError | None = None
-    try:
-        result = decode_completion(payload, num_experts=4)
-    except DecodeError as exc:
-        error = exc
-    if error is not None:
-        assert str(error)
+    result = decoded_or_none(lambda: decode_completion(payload, num_experts=4))
+    if result is None:
         return
     assert isinstance(result, Completion)
     n = len(result.token_ids)
@@ -78,9 +73,7 @@ def test_arbitrary_values_raise_only_decode_error(payload: Any) -> None:
 
 @given(st.binary(max_size=40), st.integers(0, 120))
 def test_corrupted_json_text_raises_only_decode_error(noise: bytes, where: int) -> None:
-    text = bytearray(orjson.dumps(_valid()))
-    text[where : where + len(noise)] = noise
-    _only_decode_error(bytes(text))
+    _only_decode_error(corrupted(orjson.dumps(_valid()), noise, where))
 
 
 LOGPROB_VALUES = st.one_of(

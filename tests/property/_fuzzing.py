@@ -1,0 +1,52 @@
+"""Shared by the property tests: arbitrary JSON values, and the check behind every decoder's fuzzing promise
+(any input is either accepted or raises DecodeError with a message, never another exception)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+from hypothesis import strategies as st
+
+from r3wire import DecodeError
+
+__all__ = ["JSON_LEAVES", "JSON_VALUES", "corrupted", "decoded_or_none"]
+
+T = TypeVar("T")
+
+# Integers beyond 64 bits and floats of every finite size: what a hostile or buggy peer can put in JSON.
+JSON_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20),
+)
+JSON_VALUES = st.recursive(
+    JSON_LEAVES,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20,
+)
+
+
+def decoded_or_none(decode: Callable[[], T]) -> T | None:
+    """``decode()``'s result, or None when it raised DecodeError carrying a message and a string (or no) field.
+
+    Any other exception propagates, failing the property.
+    """
+    error: DecodeError | None = None
+    try:
+        return decode()
+    except DecodeError as exc:
+        error = exc
+    assert error is not None
+    assert str(error)
+    assert error.field is None or isinstance(error.field, str)
+    return None
+
+
+def corrupted(text: bytes, noise: bytes, where: int) -> bytes:
+    """``text`` with ``noise`` written over it from offset ``where`` (growing it when it runs past the end)."""
+    damaged = bytearray(text)
+    damaged[where : where + len(noise)] = noise
+    return bytes(damaged)
