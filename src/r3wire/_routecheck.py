@@ -37,6 +37,7 @@ __all__ = [
     "check_ids",
     "check_num_experts",
     "first_index",
+    "optional_num_experts",
     "prepare_routes",
 ]
 
@@ -55,6 +56,15 @@ def check_num_experts(value: object, field: str, error: type[R3WireError]) -> in
         R3WireError: of class ``error``, naming ``field``.
     """
     return check_int(value, field, minimum=1, maximum=MAX_NUM_EXPERTS, error=error)
+
+
+def optional_num_experts(value: object, error: type[R3WireError] = R3WireError) -> int | None:
+    """A caller's ``num_experts``: ``None`` (unknown), or an expert count in ``1 .. 2**31``.
+
+    Raises:
+        R3WireError: of class ``error``, naming ``num_experts``.
+    """
+    return None if value is None else check_num_experts(value, "num_experts", error)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +88,7 @@ def prepare_routes(routes: Any, *, num_experts: int | None, pack_bits: bool) -> 
         raise EncodeError.make("routes.dtype", "an integer dtype", str(arr.dtype), raw=True)
     if arr.ndim != ROUTES_NDIM:
         raise EncodeError.make("routes", "a 3-d array [rows, layers, top_k]", f"shape {list(arr.shape)}", raw=True)
-    n_experts = None if num_experts is None else check_num_experts(num_experts, "num_experts", EncodeError)
+    n_experts = optional_num_experts(num_experts, EncodeError)
     if not isinstance(pack_bits, (bool, np.bool_)):
         raise EncodeError.make("pack_bits", "a bool", pack_bits)
     if arr.size:

@@ -21,6 +21,7 @@ __all__ = [
     "check_int",
     "check_shape",
     "load_object",
+    "optional_max_elements",
 ]
 
 # numpy 1.x allows at most 32 dimensions; nothing on the wire needs more.
@@ -53,6 +54,17 @@ def check_int(
     if not minimum <= number <= maximum:
         raise error.make(field, f"an integer in {minimum}..{maximum}", number)
     return number
+
+
+def optional_max_elements(value: object) -> int | None:
+    """A caller's ``max_elements`` limit: ``None`` (no limit), or an integer in ``0 .. 2**63``.
+
+    Raises:
+        R3WireError: anything else.
+    """
+    if value is None:
+        return None
+    return check_int(value, "max_elements", minimum=0, maximum=1 << 63, error=R3WireError)
 
 
 def check_shape(

@@ -22,10 +22,10 @@ from typing import Any, Literal
 import numpy as np
 
 from r3wire._arraylike import as_numpy
+from r3wire._routecheck import optional_num_experts
 from r3wire._validate import MAX_DIM, check_int, is_int
 from r3wire.errors import R3WireError, describe
 from r3wire.routes import route_dtype
-from r3wire.schema import MAX_NUM_EXPERTS
 
 __all__ = ["RouteTrace", "pack_routes", "pad_routes", "unpack_routes", "validate_routes"]
 
@@ -37,12 +37,6 @@ Array = np.ndarray[Any, Any]
 
 def _fail(field: str, expected: str, got: object, *, raw: bool = True) -> R3WireError:
     return R3WireError.make(field, expected, got, raw=raw)
-
-
-def _num_experts(num_experts: object) -> int | None:
-    if num_experts is None:
-        return None
-    return check_int(num_experts, "num_experts", minimum=1, maximum=MAX_NUM_EXPERTS, error=R3WireError)
 
 
 def _native(dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -205,7 +199,7 @@ def validate_routes(
         R3WireError: the first broken rule; the message names the sample and, for an id, its row, layer and slot.
     """
     arrays = _samples(samples)
-    n_experts = _num_experts(num_experts)
+    n_experts = optional_num_experts(num_experts)
     _token_lengths(token_lengths, [arr.shape[0] for arr in arrays])
     dtype = _batch_dtype(arrays, n_experts)
     limit, expected = _id_limit(dtype, n_experts), _range_expected(dtype, n_experts)
@@ -259,7 +253,7 @@ def pad_routes(
             ids repeat within a row (``check=True``), or ``out`` does not match.
     """
     arrays = _samples(samples)
-    n_experts = _num_experts(num_experts)
+    n_experts = optional_num_experts(num_experts)
     if side not in ("left", "right"):
         raise _fail("side", "'left' or 'right'", describe(side))
     rows = [arr.shape[0] for arr in arrays]
@@ -355,7 +349,7 @@ def pack_routes(
         R3WireError: as :func:`pad_routes` for the samples and ids.
     """
     arrays = _samples(samples)
-    n_experts = _num_experts(num_experts)
+    n_experts = optional_num_experts(num_experts)
     dtype = _batch_dtype(arrays, n_experts)
     layers, top_k = arrays[0].shape[1:] if arrays else (0, 0)
     cu_seqlens = np.zeros(len(arrays) + 1, dtype=np.int64)
@@ -426,7 +420,7 @@ class RouteTrace:
         Raises:
             R3WireError: ``num_experts`` is not an integer in ``1 .. 2**31``.
         """
-        self._num_experts = _num_experts(num_experts)
+        self._num_experts = optional_num_experts(num_experts)
         self._buf: Array | None = None
         self._rows = 0
 

@@ -30,9 +30,16 @@ import numpy as np
 
 from r3wire import bitpack
 from r3wire._envelope import to_wire_bytes
-from r3wire._routecheck import check_bits, check_declared, check_ids, check_num_experts, prepare_routes
-from r3wire._validate import MAX_DIM, check_element_count, check_int
-from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
+from r3wire._routecheck import (
+    check_bits,
+    check_declared,
+    check_ids,
+    check_num_experts,
+    optional_num_experts,
+    prepare_routes,
+)
+from r3wire._validate import MAX_DIM, check_element_count, check_int, optional_max_elements
+from r3wire.errors import DecodeError, EncodeError, UnsupportedVersionError
 from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_NUM_EXPERTS, KEY_VERSION, WIRE_DTYPES
 
 __all__ = ["FRAME_HEADER_SIZE", "FRAME_MAGIC", "FRAME_VERSION", "decode_routes_frame", "encode_routes_frame"]
@@ -117,9 +124,8 @@ def decode_routes_frame(
             names the field, what was expected and what was got.
         UnsupportedVersionError: the frame's version is one this release cannot read.
     """
-    expected_experts = None if num_experts is None else check_num_experts(num_experts, "num_experts", R3WireError)
-    if max_elements is not None:
-        max_elements = check_int(max_elements, "max_elements", minimum=0, maximum=1 << 63, error=R3WireError)
+    expected_experts = optional_num_experts(num_experts)
+    max_elements = optional_max_elements(max_elements)
     raw = _bytes_of(buffer)
     if raw[:4].tobytes() != FRAME_MAGIC:
         raise DecodeError.make("magic", f"{FRAME_MAGIC!r} (an r3wire routes frame)", raw[:4].tobytes())

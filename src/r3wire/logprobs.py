@@ -22,7 +22,7 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
-from r3wire._validate import MAX_NDIM, check_int, load_object
+from r3wire._validate import MAX_NDIM, check_int, load_object, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 from r3wire.schema import LOGPROB_DTYPES, LOGPROBS_SCHEMA
 
@@ -316,8 +316,7 @@ def decode_logprobs(
     """
     if ndim is not None:
         ndim = check_int(ndim, "ndim", minimum=0, maximum=MAX_NDIM, error=R3WireError)
-    if max_elements is not None:
-        max_elements = check_int(max_elements, "max_elements", minimum=0, maximum=1 << 63, error=R3WireError)
+    max_elements = optional_max_elements(max_elements)
     obj = load_object(payload, what="an r3wire.logprobs envelope")
     header = read_header(
         obj, schema_name=LOGPROBS_SCHEMA.name, dtypes=LOGPROB_DTYPES, ndim=ndim, max_elements=max_elements

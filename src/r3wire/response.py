@@ -24,12 +24,13 @@ import orjson
 
 from r3wire._base64 import b64encode_bytes
 from r3wire._envelope import build_envelope, wire_buffer
-from r3wire._validate import check_int
+from r3wire._routecheck import optional_num_experts
+from r3wire._validate import optional_max_elements
 from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.logprobs import decode_logprobs
 from r3wire.routes import decode_routes, routes_wire
-from r3wire.schema import ARRAY_SCHEMA, KEY_DATA, KEY_SCHEMA, LOGPROBS_SCHEMA, MAX_NUM_EXPERTS, ROUTES_SCHEMA
+from r3wire.schema import ARRAY_SCHEMA, KEY_DATA, KEY_SCHEMA, LOGPROBS_SCHEMA, ROUTES_SCHEMA
 
 __all__ = ["ROUTES_KEYS", "dumps", "loads"]
 
@@ -307,8 +308,7 @@ def dumps(
     """
     if not isinstance(pack_bits, (bool, np.bool_)):
         raise R3WireError.make("pack_bits", "a bool", pack_bits)
-    if num_experts is not None:
-        num_experts = check_int(num_experts, "num_experts", minimum=1, maximum=MAX_NUM_EXPERTS, error=R3WireError)
+    num_experts = optional_num_experts(num_experts)
     if isinstance(routes_keys, str):  # a lone string is a collection of characters: almost certainly a mistake
         routes_keys = (routes_keys,)
     try:
@@ -523,10 +523,8 @@ def loads(
         UnsupportedVersionError: an envelope's schema version is newer than this release reads.
         R3WireError: ``num_experts`` or ``max_elements`` is invalid.
     """
-    if num_experts is not None:
-        num_experts = check_int(num_experts, "num_experts", minimum=1, maximum=MAX_NUM_EXPERTS, error=R3WireError)
-    if max_elements is not None:
-        max_elements = check_int(max_elements, "max_elements", minimum=0, maximum=1 << 63, error=R3WireError)
+    num_experts = optional_num_experts(num_experts)
+    max_elements = optional_max_elements(max_elements)
     if isinstance(data, memoryview):
         data = data.tobytes()
     if not isinstance(data, (bytes, bytearray, str)):

@@ -15,8 +15,16 @@ import numpy as np
 
 from r3wire import bitpack
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes
-from r3wire._routecheck import ROUTES_NDIM, check_bits, check_declared, check_ids, check_num_experts, prepare_routes
-from r3wire._validate import check_int, load_object
+from r3wire._routecheck import (
+    ROUTES_NDIM,
+    check_bits,
+    check_declared,
+    check_ids,
+    check_num_experts,
+    optional_num_experts,
+    prepare_routes,
+)
+from r3wire._validate import load_object, optional_max_elements
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.schema import (
     KEY_BITS,
@@ -112,9 +120,8 @@ def decode_routes(
             what was expected and what was got.
         UnsupportedVersionError: the payload's schema version is newer than this release reads.
     """
-    expected_experts = None if num_experts is None else check_num_experts(num_experts, "num_experts", R3WireError)
-    if max_elements is not None:
-        max_elements = check_int(max_elements, "max_elements", minimum=0, maximum=1 << 63, error=R3WireError)
+    expected_experts = optional_num_experts(num_experts)
+    max_elements = optional_max_elements(max_elements)
     obj = load_object(payload, what="an r3wire.routes envelope")
     legacy = KEY_SCHEMA not in obj and KEY_VERSION not in obj
     header = read_header(

@@ -19,9 +19,10 @@ from typing import Any, Final, Literal, overload
 import numpy as np
 
 from r3wire._arraylike import as_numpy
-from r3wire._validate import check_int, check_shape, load_object
+from r3wire._routecheck import optional_num_experts
+from r3wire._validate import check_int, check_shape, load_object, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError
-from r3wire.formats._common import MISSING_ROUTE, ReadOptions, ReadResult, WriteOptions, checked_num_experts
+from r3wire.formats._common import MISSING_ROUTE, ReadOptions, ReadResult, WriteOptions
 from r3wire.formats._envelopes import (
     PRIME_RL_DTYPES,
     read_prime_rl,
@@ -293,10 +294,8 @@ def read(
         num_layers=_positive(num_layers, "num_layers"),
         top_k=_positive(top_k, "top_k"),
         dtype=dtype,
-        num_experts=checked_num_experts(num_experts, R3WireError),
-        max_elements=None
-        if max_elements is None
-        else check_int(max_elements, "max_elements", minimum=0, maximum=1 << 63, error=R3WireError),
+        num_experts=optional_num_experts(num_experts),
+        max_elements=optional_max_elements(max_elements),
     )
     if name == "auto":
         name, payload = _detect(payload, has_shape=opts.num_layers is not None and opts.top_k is not None)
@@ -416,7 +415,7 @@ def write(
         mask=mask_array,
         total_tokens=total_tokens if name == "fireworks-r3v1" else None,
         dtype=dtype,
-        num_experts=checked_num_experts(num_experts, EncodeError),
+        num_experts=optional_num_experts(num_experts, EncodeError),
     )
     return _WRITERS[name](arr, opts)
 

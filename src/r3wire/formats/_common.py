@@ -16,7 +16,7 @@ import numpy as np
 from r3wire._arraylike import as_numpy
 from r3wire._base64 import b64decode_strict, b64encode_text
 from r3wire._envelope import to_wire_bytes
-from r3wire._validate import check_element_count, check_int
+from r3wire._validate import check_element_count
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.schema import WIRE_DTYPES
 
@@ -29,7 +29,6 @@ __all__ = [
     "b64_array",
     "b64_decoded_length",
     "check_ids",
-    "checked_num_experts",
     "choose_dtype",
     "decode_b64_array",
     "first_index",
@@ -257,13 +256,6 @@ def b64_array(arr: np.ndarray[Any, Any], dtype: str) -> str:
     """The padded standard base64 of ``arr`` as little-endian ``dtype``, in C order."""
     wire = to_wire_bytes(arr, dtype)
     return b64encode_text(wire.reshape(-1).view(np.uint8).data)
-
-
-def checked_num_experts(value: int | None, error: type[R3WireError]) -> int | None:
-    """``num_experts`` checked to be an integer in ``1 .. 2**31``, or ``None``."""
-    if value is None:
-        return None
-    return check_int(value, "num_experts", minimum=1, maximum=1 << 31, error=error)
 
 
 def mapping_get(obj: Mapping[str, Any], key: str) -> Any:
