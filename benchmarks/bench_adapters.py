@@ -11,30 +11,19 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import orjson
 import torch
+from _timing import median_ms
 from vllm.logprobs import FlatLogprobs, Logprob
 from vllm.outputs import CompletionOutput
 
 import r3wire
 from r3wire.torch import decode_routes_tensor
 from r3wire.vllm import decode_completion, encode_completion, sampled_logprobs
-
-
-def _median_ms(fn: Callable[[], object], repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def main() -> None:
@@ -73,7 +62,7 @@ def main() -> None:
         "decode_routes_tensor (zero-copy)": lambda: decode_routes_tensor(envelope, num_experts=128),
         "decode_routes + torch.tensor (copy)": lambda: torch.tensor(r3wire.decode_routes(envelope)),
     }
-    results = {name: _median_ms(fn, args.repeat) for name, fn in cases.items()}
+    results = {name: median_ms(fn, args.repeat) for name, fn in cases.items()}
     print(f"{n} generated tokens, top-{top} logprobs, routes {list(routes.shape)} uint8; median of {args.repeat}")
     for name, ms in results.items():
         print(f"  {name:<52} {ms:9.2f} ms")

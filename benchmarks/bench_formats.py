@@ -8,27 +8,16 @@ Times are medians of --repeat runs on whatever machine this is: compare rows, no
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import orjson
+from _timing import median_ms
 
 from r3wire import _base64
 from r3wire.formats import FORMATS, read, write
 from r3wire.synthetic import synthetic_routes
-
-
-def _median_ms(func: Callable[[], Any], repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000
 
 
 def main() -> int:
@@ -54,8 +43,8 @@ def main() -> int:
         wire = orjson.dumps(payload) if isinstance(payload, dict) else payload.encode()
         if not np.array_equal(read(payload, name, **shape).routes, routes):
             raise SystemExit(f"{name}: round trip changed the ids")
-        write_ms = _median_ms(lambda name=name: write(routes, name), args.repeat)
-        read_ms = _median_ms(lambda payload=payload, name=name: read(payload, name, **shape), args.repeat)
+        write_ms = median_ms(lambda name=name: write(routes, name), args.repeat)
+        read_ms = median_ms(lambda payload=payload, name=name: read(payload, name, **shape), args.repeat)
         rows.append({"format": name, "bytes": len(wire), "write_ms": write_ms, "read_ms": read_ms})
     print(f"{args.tokens} tokens x {args.layers} layers x {args.top_k} top_k, {args.num_experts} experts; "
           f"base64 back end: {_base64.BACKEND}; medians of {args.repeat}")  # fmt: skip

@@ -14,15 +14,13 @@ import argparse
 import json
 import math
 import platform
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import orjson
+from _timing import median_ms
 
 import r3wire
 from r3wire._base64 import BACKEND
@@ -36,16 +34,6 @@ from r3wire.logprobs import (
 )
 
 TARGET_RATIO = 50.0
-
-
-def _median_ms(func: Callable[[], object], repeats: int) -> float:
-    func()  # warm up: first-touch page faults are not what we measure
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        func()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
 
 
 def _python_loop(values: list[float]) -> tuple[list[float], int]:
@@ -82,26 +70,26 @@ def run(n: int, repeats: int) -> dict[str, Any]:
 
     slow = max(3, repeats // 2)  # the Python-level paths take ~100x longer; fewer runs keep the total short
     rows: list[tuple[str, str, float, int | None]] = [
-        ("python loop (math.isfinite) on a list", "baseline", _median_ms(lambda: _python_loop(as_list), slow), None),
-        ("clamp_logprobs(float32 array)", "clamp", _median_ms(lambda: clamp_logprobs(values), repeats), None),
-        ("clamp_logprobs(list of float)", "clamp", _median_ms(lambda: clamp_logprobs(as_list), slow), None),
+        ("python loop (math.isfinite) on a list", "baseline", median_ms(lambda: _python_loop(as_list), slow), None),
+        ("clamp_logprobs(float32 array)", "clamp", median_ms(lambda: clamp_logprobs(values), repeats), None),
+        ("clamp_logprobs(list of float)", "clamp", median_ms(lambda: clamp_logprobs(as_list), slow), None),
         (
             "encode_logprobs + orjson.dumps",
             "wire",
-            _median_ms(lambda: orjson.dumps(encode_logprobs(clamped.values)), repeats),
+            median_ms(lambda: orjson.dumps(encode_logprobs(clamped.values)), repeats),
             len(envelope_text),
         ),
-        ("decode_logprobs(bytes)", "wire", _median_ms(lambda: decode_logprobs(envelope_text), repeats), None),
+        ("decode_logprobs(bytes)", "wire", median_ms(lambda: decode_logprobs(envelope_text), repeats), None),
         (
             "build_logprobs_content + orjson.dumps",
             "seed shape",
-            _median_ms(lambda: orjson.dumps(build_logprobs_content(clamped)), slow),
+            median_ms(lambda: orjson.dumps(build_logprobs_content(clamped)), slow),
             len(content_text),
         ),
         (
             "read_logprobs_content(bytes)",
             "seed shape",
-            _median_ms(lambda: read_logprobs_content(content_text), slow),
+            median_ms(lambda: read_logprobs_content(content_text), slow),
             None,
         ),
     ]
