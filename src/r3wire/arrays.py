@@ -13,7 +13,7 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
-from r3wire._validate import check_int, load_object, optional_max_elements
+from r3wire._validate import MAX_NDIM, check_int, load_object, optional_max_elements
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.schema import ARRAY_SCHEMA, WIRE_DTYPES
 
@@ -86,7 +86,7 @@ def decode_array(
     """
     allowed = _allowed(dtypes)
     if ndim is not None:
-        ndim = check_int(ndim, "ndim", minimum=0, maximum=32, error=R3WireError)
+        ndim = check_int(ndim, "ndim", minimum=0, maximum=MAX_NDIM, error=R3WireError)
     max_elements = optional_max_elements(max_elements)
     obj = load_object(payload, what="an r3wire.array envelope")
     header = read_header(obj, schema_name=ARRAY_SCHEMA.name, dtypes=allowed, ndim=ndim, max_elements=max_elements)
