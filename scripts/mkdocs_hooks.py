@@ -1,9 +1,12 @@
-"""MkDocs hook: links from docs/ to repository files outside it (``../tests/vectors/``) point at the repository.
+"""MkDocs hooks for the docs site (mkdocs.yml).
 
-The pages are written to read well on GitHub, where such relative links work; on the built site they would be
-dead. This hook rewrites each one to ``<repo_url>/blob/main/<path>`` (``tree`` for a directory) and, because a
-link to a file that does not exist is as broken on GitHub as on the site, reports it as a warning, which
-``mkdocs build --strict`` turns into a failure. Links inside docs/ are left to MkDocs' own validation.
+1. Links from docs/ to repository files outside it (``../tests/vectors/``) point at the repository. The pages
+   are written to read well on GitHub, where such relative links work; on the built site they would be dead.
+   Each becomes ``<repo_url>/blob/main/<path>`` (``tree`` for a directory); a link to a file that does not
+   exist is as broken on GitHub as on the site, so it is reported as a warning, which ``mkdocs build --strict``
+   turns into a failure. Links inside docs/ are left to MkDocs' own validation.
+2. The docstrings' Sphinx roles (``:func:`~r3wire.encode_routes```), which the Google-style renderer leaves as
+   literal text, become code cross-referenced to the API reference where the object is documented there.
 """
 
 from __future__ import annotations
@@ -39,6 +42,24 @@ def _rewrite_line(line: str, page_dir: Path, root: Path, repo_url: str, page: st
         return f"]({url}{'#' + anchor if anchor else ''}{match.group('title') or ''})"
 
     return _LINK.sub(replace, line)
+
+
+# What a Sphinx role in a docstring looks like once rendered: :func:<code>~r3wire.x</code>.
+_ROLE = re.compile(r":(?:py:)?(?:func|class|data|mod|meth|attr|exc|obj):<code>(?P<tilde>~?)(?P<name>[\w.]+)</code>")
+
+
+def _role(match: re.Match[str]) -> str:
+    name = match.group("name")
+    shown = name.rsplit(".", 1)[-1] if match.group("tilde") else name
+    identifier = name if "." in name else f"r3wire.{name}"
+    # mkdocs-autorefs resolves the element after the page is rendered; "optional" leaves plain code when the
+    # object has no reference entry.
+    return f'<autoref identifier="{identifier}" optional><code>{shown}</code></autoref>'
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """Turn rendered Sphinx roles into cross-references (MkDocs hook; called once per page)."""
+    return _ROLE.sub(_role, html)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
