@@ -7,8 +7,11 @@ those, so an example is either run or visibly not code to run (```text, ```conso
 
 from __future__ import annotations
 
+import importlib.util
+import logging
 import re
 from pathlib import Path
+from types import ModuleType, SimpleNamespace
 
 import pytest
 
@@ -53,3 +56,51 @@ def test_every_docs_page_is_run() -> None:
     from test_readme import DOCUMENTS as RUN
 
     assert set(DOCUMENTS) <= set(RUN)
+
+
+def test_every_docs_page_is_in_the_site_nav() -> None:
+    # mkdocs build --strict (in the test command) fails on a page left out of the nav; this says so in pytest too.
+    nav = set(re.findall(r"^\s+- (?:[^:\n]+: )?(\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(encoding="utf-8"), re.M))
+    pages = {p.relative_to(ROOT / "docs").as_posix() for p in (ROOT / "docs").rglob("*.md")}
+    assert pages - nav == set(), "add these pages to the nav in mkdocs.yml"
+    assert nav - pages == set(), "the nav in mkdocs.yml lists pages that do not exist"
+
+
+def _hooks() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("mkdocs_hooks", ROOT / "scripts" / "mkdocs_hooks.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_site_hooks_rewrite_repository_links_and_report_broken_ones(caplog: pytest.LogCaptureFixture) -> None:
+    hooks = _hooks()
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="wire-format.md"))
+    config = {"docs_dir": str(ROOT / "docs"), "repo_url": "https://github.com/r3wire/r3wire"}
+    text = (
+        "[v](../tests/vectors/) [s](envelope.schema.json) [x](https://example.com) [m](../README.md#the-wire-format)\n"
+        "```text\n[f](../tests/vectors/)\n```\n[b](../tests/missing.json)\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="mkdocs.hooks.r3wire"):
+        out = hooks.on_page_markdown(text, page, config, None)
+    assert out.splitlines() == [
+        "[v](https://github.com/r3wire/r3wire/tree/main/tests/vectors) [s](envelope.schema.json) "
+        "[x](https://example.com) [m](https://github.com/r3wire/r3wire/blob/main/README.md#the-wire-format)",
+        "```text",
+        "[f](../tests/vectors/)",
+        "```",
+        "[b](../tests/missing.json)",
+    ]
+    assert [r.getMessage() for r in caplog.records] == [
+        "wire-format.md: link to '../tests/missing.json', which is not a file of the repository"
+    ]
+
+
+def test_site_hooks_turn_sphinx_roles_into_references() -> None:
+    html = "see :func:<code>~r3wire.encode_routes</code> and :class:<code>DecodeError</code>"
+    assert _hooks().on_page_content(html, None, None, None) == (
+        'see <autoref identifier="r3wire.encode_routes" optional><code>encode_routes</code></autoref> and '
+        '<autoref identifier="r3wire.DecodeError" optional><code>DecodeError</code></autoref>'
+    )
