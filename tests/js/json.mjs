@@ -6,8 +6,8 @@
 // must see the token: this parser returns each number as a JsonNumber holding its text.
 //
 // Objects become null-prototype objects (a member named "__proto__" is an ordinary member). Duplicate member
-// names, nesting deeper than MAX_DEPTH, NaN/Infinity, trailing commas, leading zeros and raw control characters
-// in strings are syntax errors.
+// names, nesting deeper than MAX_DEPTH, NaN/Infinity, trailing commas, leading zeros, raw control characters
+// in strings and unpaired surrogate escapes (I-JSON, RFC 7493) are syntax errors.
 
 export const MAX_DEPTH = 1024;
 
@@ -65,6 +65,12 @@ export function parseJson(text) {
     }
   };
 
+  const readEscape = (at) => {
+    const hex = text.slice(at + 2, at + 6);
+    if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("bad \\u escape");
+    return parseInt(hex, 16);
+  };
+
   const parseString = () => {
     pos++; // the opening quote
     let out = "";
@@ -85,10 +91,17 @@ export function parseJson(text) {
       out += text.slice(start, pos);
       const e = text[pos + 1];
       if (e === "u") {
-        const hex = text.slice(pos + 2, pos + 6);
-        if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("bad \\u escape");
-        out += String.fromCharCode(parseInt(hex, 16));
+        const unit = readEscape(pos);
         pos += 6;
+        if (unit >= 0xdc00 && unit <= 0xdfff) fail("unpaired surrogate escape");
+        if (unit >= 0xd800 && unit <= 0xdbff) {
+          const low = text.startsWith("\\u", pos) ? readEscape(pos) : -1;
+          if (low < 0xdc00 || low > 0xdfff) fail("unpaired surrogate escape");
+          out += String.fromCharCode(unit, low);
+          pos += 6;
+        } else {
+          out += String.fromCharCode(unit);
+        }
       } else if (e !== undefined && Object.hasOwn(ESCAPES, e)) {
         out += ESCAPES[e];
         pos += 2;
