@@ -18,8 +18,8 @@ ROOT = Path(__file__).parent.parent
 RUNNER = ROOT / "tests" / "js" / "run_vectors.mjs"
 VECTORS = ROOT / "tests" / "vectors"
 # Vector files of these kinds (top-level schema/version) are r3wire's own wire format; run_vectors.mjs must run
-# every case in them. Other engines' formats are out of its scope.
-OWN_KINDS = {"r3wire.routes/1", "r3wire.array/1", "r3wire.logprobs/1", "r3wire.routes-frame/1"}
+# every case in them. Of the other engines' formats (top-level "format") it implements SkyRL's, the seed envelope.
+KINDS = {"r3wire.routes/1", "r3wire.array/1", "r3wire.logprobs/1", "r3wire.routes-frame/1", "format:skyrl"}
 NODE_MIN_MAJOR = 18
 
 
@@ -38,7 +38,8 @@ def _own_cases() -> int:
     total = 0
     for path in VECTORS.glob("*.json"):
         doc = json.loads(path.read_text(encoding="utf-8"))
-        if f"{doc.get('schema')}/{doc.get('version')}" in OWN_KINDS:
+        kind = f"format:{doc['format']}" if "format" in doc else f"{doc.get('schema')}/{doc.get('version')}"
+        if kind in KINDS:
             total += len(doc.get("valid", [])) + len(doc.get("reject", []))
     return total
 

@@ -2,7 +2,7 @@
 // bitpack-and-frame.md, envelope.schema.json), not from r3wire's Python source. Dependency-free ES module for
 // Node >= 18. It exists to prove the spec is implementable in a language whose JSON.parse yields doubles.
 //
-//   decodeRoutes(input, {numExperts, maxElements})    r3wire.routes envelopes (packed too) and the seed form
+//   decodeRoutes(input, {numExperts, maxElements, seedOnly})  r3wire.routes envelopes (packed too), seed form
 //   decodeArray(input, {maxElements})                 r3wire.array envelopes
 //   decodeLogprobs(input, {maxElements})              r3wire.logprobs envelopes
 //   decodeRoutesFrame(bytes, {numExperts, maxElements})  the 32-byte-header binary frame
@@ -328,14 +328,15 @@ function optionalInteger(envelope, key, low, high) {
 }
 
 /**
- * Decode an r3wire.routes envelope (version 1, packed or not) or the seed's unversioned {data, shape, dtype}.
+ * Decode an r3wire.routes envelope (version 1, packed or not) or the seed's unversioned {data, shape, dtype};
+ * with seedOnly, the seed form alone (SkyRL's format: a `schema` member is then an unknown member).
  * Throws DecodeError.
  */
-export function decodeRoutes(input, { numExperts = null, maxElements = null } = {}) {
+export function decodeRoutes(input, { numExperts = null, maxElements = null, seedOnly = false } = {}) {
   const envelope = parseInput(input);
   if (!isPlainObject(envelope)) reject(null, "a JSON object", envelope);
   // The seed form is the object with neither `schema` nor `version`; one of them alone is a broken envelope.
-  const seed = !Object.hasOwn(envelope, "schema") && !Object.hasOwn(envelope, "version");
+  const seed = seedOnly || (!Object.hasOwn(envelope, "schema") && !Object.hasOwn(envelope, "version"));
   if (seed) {
     checkMembers(envelope, ["data", "shape", "dtype"], []);
   } else {

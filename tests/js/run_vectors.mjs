@@ -4,7 +4,8 @@
 //
 // A file is recognised by its top-level `schema` and `version` (r3wire.routes, r3wire.array, r3wire.logprobs,
 // r3wire.routes-frame, version 1), so new vector files of r3wire's own formats are picked up without a change
-// here; other files (other engines' formats, unknown kinds or versions) are skipped with a note. Every `valid`
+// here; of the other engines' formats (top-level `format`) only SkyRL's, the seed envelope, is implemented.
+// Other files (other formats, unknown kinds or versions) are skipped with a note. Every `valid`
 // case must decode to its values; every `reject` case must be rejected naming its `field`. A case carrying an
 // input key this runner does not know is counted as skipped, not guessed at. Exit status 1 on any failure.
 
@@ -19,6 +20,8 @@ const VECTORS = join(dirname(fileURLToPath(import.meta.url)), "..", "vectors");
 
 // Keys a case may hold that do not change how it is decoded.
 const DESCRIPTIVE = new Set(["name", "note", "field", "values", "bytes_hex", "legacy", "shape", "dtype", "pack_bits"]);
+// In other engines' format files: how r3wire writes the case, which a decoder does not need.
+const WRITER_KEYS = new Set(["write_args", "exact_write"]);
 // Keys passed to the decoder, by their name in the vectors.
 const OPTIONS = { num_experts: "numExperts", max_elements: "maxElements" };
 
@@ -68,6 +71,16 @@ const KINDS = {
       check(sameValues(result.values, flat(c.values)), `values ${result.values}`);
     },
   },
+  // SkyRL's format is the seed envelope alone (docs/formats.md); the other engines' formats are out of scope.
+  "format:skyrl": {
+    input: ["payload"],
+    decode: (payload, options) => decodeRoutes(payload, { ...options, seedOnly: true }),
+    valid(result, c) {
+      check(result.dtype === c.dtype, `dtype ${result.dtype}, expected ${c.dtype}`);
+      check(sameShape(result.shape, c.shape), `shape ${result.shape}`);
+      check(sameValues(result.values, flat(c.values)), `values ${result.values.slice(0, 16)}`);
+    },
+  },
   "r3wire.routes-frame/1": {
     input: ["frame_hex"],
     decode: (payload, options) => decodeRoutesFrame(fromHex(payload), options),
@@ -82,8 +95,12 @@ const KINDS = {
 /** Run one case; returns "passed", "skipped: ..." or throws with the reason it failed. */
 function runCase(kind, c, verdict) {
   const inputs = kind.input.filter((k) => c[k] !== undefined);
-  const unknown = Object.keys(c).filter((k) => !DESCRIPTIVE.has(k) && !kind.input.includes(k) && !(k in OPTIONS));
+  const unknown = Object.keys(c).filter(
+    (k) => !DESCRIPTIVE.has(k) && !WRITER_KEYS.has(k) && !kind.input.includes(k) && !(k in OPTIONS) && k !== "read_args",
+  );
   if (unknown.length > 0) return `skipped: unknown case keys ${unknown.join(", ")}`;
+  const readArgs = Object.keys(c.read_args ?? {});
+  if (readArgs.length > 0) return `skipped: reader arguments ${readArgs.join(", ")} are not implemented`;
   check(inputs.length === 1, `expected exactly one of ${kind.input.join(", ")}, got ${inputs.join(", ")}`);
   const payload = c[inputs[0]];
   const options = {};
@@ -127,7 +144,10 @@ function main(argv) {
       failed++;
       continue;
     }
-    const id = `${doc.schema}/${doc.version instanceof JsonNumber ? doc.version.text : doc.version}`;
+    const id =
+      doc.format !== undefined
+        ? `format:${doc.format}`
+        : `${doc.schema}/${doc.version instanceof JsonNumber ? doc.version.text : doc.version}`;
     const kind = KINDS[id];
     if (kind === undefined) {
       const what = doc.format !== undefined ? `another engine's format (${doc.format})` : `kind ${id}`;
