@@ -17,6 +17,10 @@ def test_demo_prints_sizes_and_timings(capsys: pytest.CaptureFixture[str]) -> No
     assert "r3wire envelope" in out
     assert " MB " in out
     assert " ms " in out
+    # The workload is stated, and so is the code each row timed, so its numbers can be compared with others.
+    assert "64 tokens x 4 MoE layers x top-8 of 128 experts = 2,048 expert ids" in out
+    assert "README.md and docs/performance.md report W1 (8192 tokens" in out
+    assert '\n      text = dumps({"routed_experts": routes}, num_experts=num_experts)\n' in out
 
 
 def test_module_entry_point() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).parent.parent
-DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 OPTIONAL = {"torch": "torch", "vllm": "vllm", "zstandard": "zstandard", "fireworks": "zstandard"}
 
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import statistics
+import textwrap
 import time
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -30,6 +32,21 @@ def _median_ms(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return statistics.median(times), result
 
 
+def _timed_lines(fn: Callable[[], Any]) -> list[str]:
+    """The body of ``fn``: the exact lines a row of the table timed (empty if the source is not available)."""
+    try:
+        source = inspect.getsource(fn)
+    except (OSError, TypeError):
+        return []
+    body = textwrap.dedent("".join(source.splitlines(keepends=True)[1:]))
+    return [line for line in body.splitlines() if line.strip()]
+
+
+# The shape of the workload README.md and docs/performance.md report (benchmarks/run.py's W1).
+_README_TOKENS = 8192
+_QWEN3_30B = (48, 8, 128)
+
+
 def run_demo(
     *,
     tokens: int = 4096,
@@ -42,16 +59,28 @@ def run_demo(
 ) -> None:
     """Generate a Qwen3-30B-A3B-like rollout, send it through each transport, and print sizes and timings.
 
+    Prints the workload first and, after the table, the lines of code each row timed, so its numbers can be
+    compared with the README's (benchmarks/run.py's W1: 8192 tokens of the same model shape).
+
     Raises:
         AssertionError: a round trip did not reproduce the routes exactly (a bug: please report it).
     """
     routes = synthetic_routes(tokens, layers=layers, top_k=top_k, num_experts=num_experts, seed=seed)
+    model = "Qwen3-30B-A3B" if (layers, top_k, num_experts) == _QWEN3_30B else "custom"
     print(
-        f"rollout: {tokens} tokens x {layers} MoE layers x top-{top_k} of {num_experts} experts "
-        f"= {routes.size:,} expert ids ({routes.nbytes / 1e6:.1f} MB as int32 in the engine)",
+        f"workload: one rollout, {model} shape: {tokens} tokens x {layers} MoE layers x top-{top_k} of "
+        f"{num_experts} experts = {routes.size:,} expert ids ({routes.nbytes / 1e6:.1f} MB as int32 in the engine)"
+        f"\n          synthetic routing (r3wire.synthetic.synthetic_routes: skewed per-layer popularity, "
+        f"token-to-token reuse, seed {seed})",
         file=out,
     )
-    print(f"base64 back end: {BACKEND}; timings are medians of {repeat} runs\n", file=out)
+    if (tokens, model) != (_README_TOKENS, "Qwen3-30B-A3B"):
+        print(
+            f"          README.md and docs/performance.md report W1 ({_README_TOKENS} tokens, Qwen3-30B-A3B shape, "
+            f"benchmarks/run.py); for that workload: --tokens {_README_TOKENS}",
+            file=out,
+        )
+    print(f"base64 back end: {BACKEND}; timings are medians of {repeat} runs on this machine\n", file=out)
 
     def json_lists() -> Any:
         text = json.dumps({"routed_experts": routes.tolist()})
@@ -89,17 +118,21 @@ def run_demo(
         ms, (text, back) = _median_ms(fn, n)
         if not np.array_equal(back, routes):
             raise AssertionError(f"{name}: round trip changed the routes")
-        rows.append((name, len(text), ms))
+        rows.append((name, len(text), ms, _timed_lines(fn)))
 
     base_bytes, base_ms = rows[0][1], rows[0][2]
     print(f"{'transport':40} {'payload':>12} {'round trip':>12} {'smaller':>8} {'faster':>8}", file=out)
-    for name, size, ms in rows:
+    for name, size, ms, _ in rows:
         print(
             f"{name:40} {size / 1e6:>9.2f} MB {ms:>9.1f} ms {base_bytes / size:>7.1f}x {base_ms / ms:>7.1f}x",
             file=out,
         )
     print(
         "\nround trip = encode -> bytes -> parse -> decode; every transport was checked exact."
-        "\nMore workloads and baselines: benchmarks/run.py (docs/performance.md).",
+        f"\nWhat each row timed (routes: the int32 array above; num_experts = {num_experts}; dumps, loads and"
+        " the *_routes* functions are r3wire's):",
         file=out,
     )
+    for name, _, _, lines in rows:
+        print(f"  {name}:", *(f"      {line}" for line in lines), sep="\n", file=out)
+    print("More workloads and baselines: benchmarks/run.py (docs/performance.md).", file=out)

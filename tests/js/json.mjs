@@ -1,0 +1,202 @@
+// A strict RFC 8259 JSON parser that keeps every number's source text.
+//
+// JavaScript's JSON.parse turns every number into an IEEE double, so `1.0` and `1` become the same value and
+// integers above 2**53 lose digits. The r3wire spec ("Decoders on double-based JSON parsers" in
+// docs/wire-format.md) makes integer-ness and range a property of the number token in the text, so a decoder
+// must see the token: this parser returns each number as a JsonNumber holding its text.
+//
+// Objects become null-prototype objects (a member named "__proto__" is an ordinary member). Duplicate member
+// names, nesting deeper than MAX_DEPTH, NaN/Infinity, trailing commas, leading zeros, raw control characters
+// in strings and unpaired surrogate escapes (I-JSON, RFC 7493) are syntax errors.
+
+export const MAX_DEPTH = 1024;
+
+export class JsonSyntaxError extends Error {
+  constructor(message, offset) {
+    super(`${message} at offset ${offset}`);
+    this.name = "JsonSyntaxError";
+    this.offset = offset;
+  }
+}
+
+const INTEGER = /^-?(?:0|[1-9][0-9]*)$/;
+
+/** A JSON number token, exactly as written. */
+export class JsonNumber {
+  constructor(text) {
+    this.text = text;
+  }
+
+  /** True when the token has no fraction and no exponent: the only spelling of a wire integer. */
+  isInteger() {
+    return INTEGER.test(this.text);
+  }
+
+  /** The exact value of an integer token (call isInteger first). */
+  toBigInt() {
+    return BigInt(this.text);
+  }
+
+  /** The nearest double, as JSON.parse would give. */
+  toNumber() {
+    return Number(this.text);
+  }
+
+  toString() {
+    return this.text;
+  }
+}
+
+const NUMBER = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
+const ESCAPES = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: "\r", t: "\t" };
+
+/** Parse JSON text; numbers become JsonNumber. Throws JsonSyntaxError. */
+export function parseJson(text) {
+  let pos = 0;
+
+  const fail = (message) => {
+    throw new JsonSyntaxError(message, pos);
+  };
+  const skipSpace = () => {
+    while (pos < text.length) {
+      const c = text.charCodeAt(pos);
+      if (c !== 0x20 && c !== 0x09 && c !== 0x0a && c !== 0x0d) break;
+      pos++;
+    }
+  };
+
+  const readEscape = (at) => {
+    const hex = text.slice(at + 2, at + 6);
+    if (!/^[0-9a-fA-F]{4}$/.test(hex)) fail("bad \\u escape");
+    return parseInt(hex, 16);
+  };
+
+  const parseString = () => {
+    pos++; // the opening quote
+    let out = "";
+    let start = pos;
+    for (;;) {
+      if (pos >= text.length) fail("unterminated string");
+      const c = text.charCodeAt(pos);
+      if (c === 0x22) {
+        out += text.slice(start, pos);
+        pos++;
+        return out;
+      }
+      if (c < 0x20) fail("control character in string");
+      if (c !== 0x5c) {
+        pos++;
+        continue;
+      }
+      out += text.slice(start, pos);
+      const e = text[pos + 1];
+      if (e === "u") {
+        const unit = readEscape(pos);
+        pos += 6;
+        if (unit >= 0xdc00 && unit <= 0xdfff) fail("unpaired surrogate escape");
+        if (unit >= 0xd800 && unit <= 0xdbff) {
+          const low = text.startsWith("\\u", pos) ? readEscape(pos) : -1;
+          if (low < 0xdc00 || low > 0xdfff) fail("unpaired surrogate escape");
+          out += String.fromCharCode(unit, low);
+          pos += 6;
+        } else {
+          out += String.fromCharCode(unit);
+        }
+      } else if (e !== undefined && Object.hasOwn(ESCAPES, e)) {
+        out += ESCAPES[e];
+        pos += 2;
+      } else {
+        fail("bad escape");
+      }
+      start = pos;
+    }
+  };
+
+  const parseValue = (depth) => {
+    skipSpace();
+    if (pos >= text.length) fail("unexpected end of text");
+    const c = text[pos];
+    if (c === "{" || c === "[") {
+      if (depth >= MAX_DEPTH) fail(`nesting deeper than ${MAX_DEPTH}`);
+      return c === "{" ? parseObject(depth + 1) : parseArray(depth + 1);
+    }
+    if (c === '"') return parseString();
+    for (const [word, value] of [
+      ["true", true],
+      ["false", false],
+      ["null", null],
+    ]) {
+      if (text.startsWith(word, pos)) {
+        pos += word.length;
+        return value;
+      }
+    }
+    NUMBER.lastIndex = pos;
+    const match = NUMBER.exec(text);
+    if (match === null) fail("unexpected character");
+    pos += match[0].length;
+    return new JsonNumber(match[0]);
+  };
+
+  const parseObject = (depth) => {
+    pos++;
+    const out = Object.create(null);
+    skipSpace();
+    if (text[pos] === "}") {
+      pos++;
+      return out;
+    }
+    for (;;) {
+      skipSpace();
+      if (text[pos] !== '"') fail("expected a member name");
+      const keyAt = pos;
+      const key = parseString();
+      if (Object.hasOwn(out, key)) {
+        pos = keyAt;
+        fail(`duplicate member name ${JSON.stringify(key)}`);
+      }
+      skipSpace();
+      if (text[pos] !== ":") fail("expected ':'");
+      pos++;
+      out[key] = parseValue(depth);
+      skipSpace();
+      if (text[pos] === ",") {
+        pos++;
+        continue;
+      }
+      if (text[pos] === "}") {
+        pos++;
+        return out;
+      }
+      fail("expected ',' or '}'");
+    }
+  };
+
+  const parseArray = (depth) => {
+    pos++;
+    const out = [];
+    skipSpace();
+    if (text[pos] === "]") {
+      pos++;
+      return out;
+    }
+    for (;;) {
+      out.push(parseValue(depth));
+      skipSpace();
+      if (text[pos] === ",") {
+        pos++;
+        continue;
+      }
+      if (text[pos] === "]") {
+        pos++;
+        return out;
+      }
+      fail("expected ',' or ']'");
+    }
+  };
+
+  const value = parseValue(0);
+  skipSpace();
+  if (pos !== text.length) fail("trailing characters");
+  return value;
+}

@@ -1,0 +1,182 @@
+// Run the JavaScript reference decoder (r3wire.mjs) over r3wire's golden vectors in tests/vectors/.
+//
+//   node tests/js/run_vectors.mjs [vector files...]     (default: every tests/vectors/*.json)
+//
+// A file is recognised by its top-level `schema` and `version` (r3wire.routes, r3wire.array, r3wire.logprobs,
+// r3wire.routes-frame, version 1), so new vector files of r3wire's own formats are picked up without a change
+// here; of the other engines' formats (top-level `format`) only SkyRL's, the seed envelope, is implemented.
+// Other files (other formats, unknown kinds or versions) are skipped with a note. Every `valid`
+// case must decode to its values; every `reject` case must be rejected naming its `field`. A case carrying an
+// input key this runner does not know is counted as skipped, not guessed at. Exit status 1 on any failure.
+
+import { readdirSync, readFileSync } from "node:fs";
+import { basename, dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { JsonNumber, parseJson } from "./json.mjs";
+import { DecodeError, decodeArray, decodeLogprobs, decodeRoutes, decodeRoutesFrame } from "./r3wire.mjs";
+
+const VECTORS = join(dirname(fileURLToPath(import.meta.url)), "..", "vectors");
+
+// Keys a case may hold that do not change how it is decoded.
+const DESCRIPTIVE = new Set(["name", "note", "field", "values", "bytes_hex", "legacy", "shape", "dtype", "pack_bits"]);
+// In other engines' format files: how r3wire writes the case, which a decoder does not need.
+const WRITER_KEYS = new Set(["write_args", "exact_write"]);
+// Keys passed to the decoder, by their name in the vectors.
+const OPTIONS = { num_experts: "numExperts", max_elements: "maxElements" };
+
+const num = (x) => (x instanceof JsonNumber ? x.toNumber() : x);
+const flat = (values) => (Array.isArray(values) ? values.flatMap(flat) : [num(values)]);
+const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+const fromHex = (text) => Uint8Array.from(text.match(/../g) ?? [], (h) => parseInt(h, 16));
+const sameShape = (shape, expected) =>
+  shape.length === expected.length && shape.every((d, i) => d === BigInt(num(expected[i])));
+const sameValues = (values, expected) =>
+  values.length === expected.length && values.every((v, i) => Object.is(Number(v), expected[i]));
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+// The kinds of vector file this decoder implements, by (schema, version). Each: the input of a case and how
+// to decode it; then what a valid case must satisfy.
+const KINDS = {
+  "r3wire.routes/1": {
+    input: ["envelope", "text"],
+    decode: (payload, options) => decodeRoutes(payload, options),
+    valid(result, c, envelope) {
+      check(result.dtype === envelope.dtype, `dtype ${result.dtype}, expected ${envelope.dtype}`);
+      check(sameShape(result.shape, envelope.shape), `shape ${result.shape}`);
+      check(sameValues(result.values, flat(c.values)), `values ${result.values.slice(0, 16)}`);
+      if (c.bytes_hex !== undefined && envelope.bits === undefined) check(hex(result.bytes) === c.bytes_hex, "bytes");
+    },
+  },
+  "r3wire.array/1": {
+    input: ["envelope", "text"],
+    decode: (payload, options) => decodeArray(payload, options),
+    valid(result, c, envelope) {
+      check(result.dtype === envelope.dtype, `dtype ${result.dtype}`);
+      check(sameShape(result.shape, envelope.shape), `shape ${result.shape}`);
+      check(hex(result.bytes) === c.bytes_hex, `bytes ${hex(result.bytes)}`);
+      if (c.values !== undefined) check(sameValues(result.values, flat(c.values)), `values ${result.values}`);
+    },
+  },
+  "r3wire.logprobs/1": {
+    input: ["envelope", "text"],
+    decode: (payload, options) => decodeLogprobs(payload, options),
+    valid(result, c, envelope) {
+      check(result.dtype === envelope.dtype, `dtype ${result.dtype}`);
+      check(sameShape(result.shape, envelope.shape), `shape ${result.shape}`);
+      check(hex(result.bytes) === c.bytes_hex, `bytes ${hex(result.bytes)}`);
+      check(sameValues(result.values, flat(c.values)), `values ${result.values}`);
+    },
+  },
+  // SkyRL's format is the seed envelope alone (docs/formats.md); the other engines' formats are out of scope.
+  "format:skyrl": {
+    input: ["payload"],
+    decode: (payload, options) => decodeRoutes(payload, { ...options, seedOnly: true }),
+    valid(result, c) {
+      check(result.dtype === c.dtype, `dtype ${result.dtype}, expected ${c.dtype}`);
+      check(sameShape(result.shape, c.shape), `shape ${result.shape}`);
+      check(sameValues(result.values, flat(c.values)), `values ${result.values.slice(0, 16)}`);
+    },
+  },
+  "r3wire.routes-frame/1": {
+    input: ["frame_hex"],
+    decode: (payload, options) => decodeRoutesFrame(fromHex(payload), options),
+    valid(result, c) {
+      check(result.dtype === c.dtype, `dtype ${result.dtype}, expected ${c.dtype}`);
+      check(sameShape(result.shape, c.shape), `shape ${result.shape}`);
+      check(sameValues(result.values, flat(c.values)), `values ${result.values.slice(0, 16)}`);
+    },
+  },
+};
+
+/** Run one case; returns "passed", "skipped: ..." or throws with the reason it failed. */
+function runCase(kind, c, verdict) {
+  const inputs = kind.input.filter((k) => c[k] !== undefined);
+  const unknown = Object.keys(c).filter(
+    (k) => !DESCRIPTIVE.has(k) && !WRITER_KEYS.has(k) && !kind.input.includes(k) && !(k in OPTIONS) && k !== "read_args",
+  );
+  if (unknown.length > 0) return `skipped: unknown case keys ${unknown.join(", ")}`;
+  const readArgs = Object.keys(c.read_args ?? {});
+  if (readArgs.length > 0) return `skipped: reader arguments ${readArgs.join(", ")} are not implemented`;
+  check(inputs.length === 1, `expected exactly one of ${kind.input.join(", ")}, got ${inputs.join(", ")}`);
+  const payload = c[inputs[0]];
+  const options = {};
+  for (const [key, name] of Object.entries(OPTIONS)) {
+    if (c[key] !== undefined && c[key] !== null) options[name] = num(c[key]);
+  }
+  let result;
+  try {
+    result = kind.decode(payload, options);
+  } catch (error) {
+    if (!(error instanceof DecodeError)) throw new Error(`foreign exception ${error.stack}`);
+    check(verdict === "reject", `rejected: ${error.message}`);
+    check(error.field === c.field, `rejected naming ${JSON.stringify(error.field)}, expected ${JSON.stringify(c.field)}: ${error.message}`);
+    if ((c.note ?? "").includes("UnsupportedVersionError")) {
+      check(error.unsupportedVersion, `expected an unsupported-version error: ${error.message}`);
+    }
+    return "passed";
+  }
+  check(verdict === "valid", `accepted; expected rejection naming ${JSON.stringify(c.field)}`);
+  kind.valid(result, c, typeof payload === "string" && inputs[0] === "text" ? parseJson(payload) : payload);
+  return "passed";
+}
+
+function main(argv) {
+  const files = argv.length
+    ? argv
+    : readdirSync(VECTORS)
+        .filter((f) => f.endsWith(".json"))
+        .sort()
+        .map((f) => join(VECTORS, f));
+  let passed = 0;
+  let failed = 0;
+  let skipped = 0;
+  for (const file of files) {
+    const name = basename(file);
+    let doc;
+    try {
+      doc = parseJson(readFileSync(file, "utf8"));
+    } catch (error) {
+      console.log(`FAIL ${name}: not readable as JSON: ${error.message}`);
+      failed++;
+      continue;
+    }
+    const id =
+      doc.format !== undefined
+        ? `format:${doc.format}`
+        : `${doc.schema}/${doc.version instanceof JsonNumber ? doc.version.text : doc.version}`;
+    const kind = KINDS[id];
+    if (kind === undefined) {
+      const what = doc.format !== undefined ? `another engine's format (${doc.format})` : `kind ${id}`;
+      console.log(`skip ${name}: ${what} is not implemented by the JavaScript decoder`);
+      continue;
+    }
+    let fileCases = 0;
+    for (const verdict of ["valid", "reject"]) {
+      for (const c of doc[verdict] ?? []) {
+        const label = `${name} ${verdict} ${c.name}`;
+        try {
+          const outcome = runCase(kind, c, verdict);
+          if (outcome === "passed") {
+            passed++;
+            fileCases++;
+          } else {
+            console.log(`skip ${label}: ${outcome.slice("skipped: ".length)}`);
+            skipped++;
+          }
+        } catch (error) {
+          console.log(`FAIL ${label}: ${error.message}`);
+          failed++;
+        }
+      }
+    }
+    console.log(`ok   ${name}: ${fileCases} cases (${id})`);
+  }
+  console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
+  return failed === 0 && passed > 0 ? 0 : 1;
+}
+
+process.exitCode = main(process.argv.slice(2));
