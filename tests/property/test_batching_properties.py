@@ -25,7 +25,7 @@ SOURCE_DTYPES = ["u1", "i1", "<u2", ">u2", "<i2", ">i2", "<i4", ">i4", "<u4", "<
 def batches(draw: st.DrawFn, *, max_id: int | None = None) -> list[Array]:
     """Ragged samples sharing [layers, top_k], each of its own dtype, memory order and id range."""
     count = draw(st.integers(0, 5))
-    layers = draw(st.integers(0, 3))
+    layers = draw(st.integers(1, 3))
     top_k = draw(st.integers(1, 4 if max_id is None else min(4, max_id + 1)))
     samples = []
     for _ in range(count):
