@@ -665,6 +665,8 @@ def unpack_routes(flat: Array, cu_seqlens: Any) -> list[Array]:
 def _as_tokens(value: object, field: str) -> Array:
     """A call's token ids as a 1-d int64 array (compared exactly: no float or wrapped uint64 comparison)."""
     arr = as_numpy(value, field=field)
+    if arr.ndim == 1 and arr.size == 0:
+        return np.empty(0, dtype=np.int64)  # [] arrives as float64
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise _fail(field, "a 1-d sequence of integer token ids", f"{arr.dtype} {list(arr.shape)}")
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > _INT64_MAX:
