@@ -462,6 +462,11 @@ def _as_values(value: object, field: str) -> Array:
     if arr.ndim < 1:
         raise _fail(field, "an array with a token axis first", f"shape {list(arr.shape)}")
     check_shape(list(arr.shape), f"{field}.shape", ndim=None, error=R3WireError)
+    for axis, size in enumerate(arr.shape[1:], start=1):
+        # As routes need layers and top_k >= 1: a value per token has at least one element, so the mask is never
+        # larger than the values (a 95-byte [2**30, 0] payload cannot ask for a 1 GiB mask).
+        if size < 1:
+            raise _fail(f"{field}.shape[{axis}]", ">= 1 (each token's value has at least one element)", size)
     return arr
 
 
@@ -523,9 +528,9 @@ def pad_sequences(
     only) gives its first position as ``offsets[i]``.
 
     Args:
-        values: one array per trajectory, ``[n_i, *rest]`` (``rest`` shared; 1-d for one value per token), of a
-            bool, integer or float dtype (NumPy arrays, torch tensors or nested lists). All of one kind; the
-            output dtype is the widest of them (every value converts exactly).
+        values: one array per trajectory, ``[n_i, *rest]`` (``rest`` shared, each dimension ``>= 1``; 1-d for
+            one value per token), of a bool, integer or float dtype (NumPy arrays, torch tensors or nested
+            lists). All of one kind; the output dtype is the widest of them (every value converts exactly).
         token_lengths: each trajectory's token count; ``offsets[i] + n_i <= token_lengths[i]``. Default:
             ``offsets[i] + n_i``.
         side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
@@ -539,7 +544,7 @@ def pad_sequences(
         ``(padded, mask)``: ``padded`` ``[batch, max_len, *rest]``, and bool ``mask`` ``[batch, max_len]``,
         ``True`` where a cell holds no value (padding, or a position of the trajectory the sample does not
         cover) — the same polarity as :func:`pad_routes`: ``True`` = do not use. An empty batch gives
-        ``[0, max_len or 0]`` of ``fill``'s dtype (or ``out``'s).
+        ``[0, max_len or 0]`` of float64 (or ``out``'s dtype).
 
     Raises:
         R3WireError: a sample is not an array of a bool, integer or float dtype with a token axis, samples differ
@@ -943,15 +948,16 @@ class RouteTrace:
 
     def _record_tokens(self, tokens: Array) -> None:
         count = tokens.shape[0]
+        if self._tokens is None:
+            self._tokens = np.empty(0, dtype=np.int64)  # recorded, if empty: the trace now verifies tokens
         if count <= self._n_tokens:
             return
-        if self._tokens is None or count > self._tokens.shape[0]:
-            capacity = count if self._tokens is None else max(count, 2 * self._tokens.shape[0])
+        if count > self._tokens.shape[0]:
+            capacity = max(count, 2 * self._tokens.shape[0])
             if self._max_elements is not None:
                 capacity = max(count, min(capacity, self._max_elements))
             grown = _allocate((capacity,), np.int64, "token_ids")
-            if self._tokens is not None:
-                grown[: self._n_tokens] = self._tokens[: self._n_tokens]
+            grown[: self._n_tokens] = self._tokens[: self._n_tokens]
             self._tokens = grown
         self._tokens[self._n_tokens : count] = tokens[self._n_tokens :]
         self._n_tokens = count
