@@ -466,7 +466,6 @@ def _as_values(value: object, field: str) -> Array:
         raise _fail(f"{field}.dtype", "a bool, integer or float dtype", str(arr.dtype))
     if arr.ndim < 1:
         raise _fail(field, "an array with a token axis first", f"shape {list(arr.shape)}")
-    check_shape(list(arr.shape), f"{field}.shape", ndim=None, error=R3WireError)
     for axis, size in enumerate(arr.shape[1:], start=1):
         # As routes need layers and top_k >= 1: a value per token has at least one element, so the mask is never
         # larger than the values (a 95-byte [2**30, 0] payload cannot ask for a 1 GiB mask).
@@ -568,6 +567,11 @@ def pad_sequences(
                 f"{list(arr.shape)}",
             )
     counts = [arr.shape[0] for arr in arrays]
+    if arrays:
+        # The decoders' shape bound. Samples share every dimension but the first, so the sample with the most
+        # rows stands for all (one check per batch: a per-sample check costs more than copying a short sample).
+        longest = counts.index(max(counts))
+        check_shape(list(arrays[longest].shape), f"values[{longest}].shape", ndim=None, error=R3WireError)
     starts = None if offsets is None else _int_list(offsets, "offsets", len(arrays), "one offset per sample")
     width, firsts = _layout(counts, token_lengths, starts, side, max_len)
     rest: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
@@ -885,9 +889,11 @@ class RouteTrace:
         overlap = min(self._rows - begin, arr.shape[0])
         differing = None
         if buf is not None and overlap > 0:
-            differs = (buf[begin : begin + overlap] != arr[:overlap]).any(axis=(1, 2))
-            if differs.any():
-                differing = differs
+            unequal = buf[begin : begin + overlap] != arr[:overlap]
+            # One flat reduction in the common case (the overlap agrees); rows are counted only when some differ
+            # (a multi-axis any() costs several times more).
+            if unequal.any():
+                differing = unequal.reshape(overlap, -1).any(axis=1)
         policy = on_conflict if on_conflict is not None else ("keep" if tokens is not None else "raise")
         if differing is not None and policy == "raise":
             assert buf is not None
