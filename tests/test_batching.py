@@ -1027,6 +1027,7 @@ def test_zero_layer_routes_from_a_decoded_payload_never_allocate_a_huge_mask() -
         lambda: pack_routes([sample]),
         lambda: validate_routes([sample]),
         lambda: RouteTrace().add(sample, start=0),
+        lambda: pad_sequences([sample]),
     ]
     for build in builds:
         tracemalloc.start()
@@ -1036,7 +1037,8 @@ def test_zero_layer_routes_from_a_decoded_payload_never_allocate_a_huge_mask() -
             _, peak = tracemalloc.get_traced_memory()
         finally:
             tracemalloc.stop()
-        assert info.value.field in {"samples[0].shape[1]", "routes.shape[1]"}
+        assert info.value.field is not None
+        assert info.value.field.startswith(("samples[0].shape", "routes.shape", "values[0].shape"))
         assert peak < 1 << 20
 
 
@@ -1054,10 +1056,13 @@ def test_pack_routes_of_huge_row_counts_never_overflows_cu_seqlens() -> None:
     huge = np.broadcast_to(np.zeros((1, 1, 1), dtype=np.uint8), (2**60, 1, 1))
     with pytest.raises(R3WireError) as info:
         pack_routes([huge] * 8)
-    assert info.value.field in ("sum(rows)", "flat")
+    # Refused by the shared shape bound, the int64 bound on the sum, or the element limit, depending on the limits.
+    assert info.value.field is not None
+    assert info.value.field.startswith(("samples[0].shape", "sum(rows)", "flat"))
     with pytest.raises(R3WireError) as info:
         pack_routes([np.empty((2**60, 0, 1), dtype=np.uint8)] * 8)
-    assert info.value.field == "samples[0].shape[1]"
+    assert info.value.field is not None
+    assert info.value.field.startswith("samples[0].shape")
 
 
 @pytest.mark.parametrize(
