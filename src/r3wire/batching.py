@@ -586,14 +586,15 @@ def pad_sequences(
     _bounded(shape, max_elements, "padded")
     padded = _output(out, shape, dtype, "[batch, max_len, *rest]")
     mask = np.ones((len(arrays), width), dtype=np.bool_)
-    for i, arr in enumerate(arrays):
-        start, stop = firsts[i], firsts[i] + counts[i]
+    # Per-token arrays are short: this loop's per-sample overhead, not the bytes, is what costs (kept minimal).
+    for row, row_mask, arr, start, count in zip(padded, mask, arrays, firsts, counts, strict=True):
+        stop = start + count
         if start:
-            padded[i, :start] = scalar
-        np.copyto(padded[i, start:stop], arr, casting="unsafe")  # exact: same kind, widened (see _values_dtype)
+            row[:start] = scalar
+        row[start:stop] = arr  # exact: same kind, widened (see _values_dtype)
         if stop < width:
-            padded[i, stop:] = scalar
-        mask[i, start:stop] = False
+            row[stop:] = scalar
+        row_mask[start:stop] = False
     return padded, mask
 
 
