@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _fuzzing import decoded_or_none
+from _fuzzing import JSON_VALUES, decoded_or_none
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -477,3 +477,29 @@ def test_decoded_payloads_batch_or_raise_without_a_huge_allocation(shape: list[i
             tracemalloc.stop()
         assert message is None or " must be " in message
         assert peak < (1 << 20) + 4 * copies * count + 3 * LIMIT
+
+
+@given(JSON_VALUES, JSON_VALUES, JSON_VALUES, st.sampled_from(["token_ids", "on_conflict", "start"]))
+def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, third: Any, which: str) -> None:
+    """Anything JSON can carry, as token ids, offsets, lengths, fill or a policy: accepted or R3WireError."""
+    trace = RouteTrace(num_experts=EXPERTS)
+    routes = np.zeros((1, 1, 1), dtype=np.uint8)
+    kwargs: dict[str, Any] = {"start": 0, "token_ids": [5, 6]}
+    kwargs[which] = first
+    calls: list[Any] = [
+        lambda: trace.add(routes, **kwargs),
+        lambda: trace.common_prefix(first),
+        lambda: trace.fork(first),
+        lambda: pad_sequences([np.zeros(2)], offsets=first, token_lengths=second, fill=third),
+        lambda: pad_sequences(first, max_len=second),
+        lambda: pad_routes([routes], token_lengths=first, max_len=second, fill=third),
+        lambda: pack_routes([routes], max_elements=first),
+        lambda: RouteTrace(max_elements=first),
+    ]
+    for call in calls:
+        message = None
+        try:
+            call()
+        except R3WireError as exc:
+            message = str(exc)
+        assert message is None or " must be " in message
