@@ -485,7 +485,8 @@ def _values_dtype(arrays: Sequence[Array], fill_dtype: np.dtype[Any]) -> np.dtyp
     kind = _KINDS[dtype.kind]
     for i, arr in enumerate(arrays[1:], start=1):
         if _KINDS[arr.dtype.kind] != kind:
-            raise _fail(f"values[{i}].dtype", f"a {kind} dtype like values[0] ({dtype.name})", str(arr.dtype))
+            article = "an" if kind == "integer" else "a"
+            raise _fail(f"values[{i}].dtype", f"{article} {kind} dtype like values[0] ({dtype.name})", str(arr.dtype))
         wider = np.promote_types(dtype, arr.dtype)
         if wider.kind != dtype.kind and kind == "integer" and wider.kind == "f":
             raise _fail(
@@ -919,7 +920,8 @@ class RouteTrace:
         if end > tokens.shape[0]:
             raise _fail(
                 "routes",
-                f"rows start .. start + n within token_ids (start={begin} + n <= {tokens.shape[0]} tokens)",
+                f"at most {max(tokens.shape[0] - begin, 0)} rows (start={begin} + rows <= "
+                f"len(token_ids)={tokens.shape[0]}: a row belongs to a token of the call)",
                 f"{end - begin} rows",
             )
         if self._tokens is None:
