@@ -12,8 +12,10 @@ import pytest
 from r3wire import (
     R3WireError,
     RouteTrace,
+    decode_routes,
     pack_routes,
     pad_routes,
+    pad_sequences,
     route_dtype,
     unpack_routes,
     validate_routes,
@@ -672,3 +674,442 @@ def test_out_may_be_a_tensor_buffer_viewed_as_numpy() -> None:
     pad_routes(samples, num_experts=16, out=buffer.numpy())
     expected, _ = pad_routes(samples, num_experts=16)
     assert np.array_equal(buffer.numpy(), expected)
+
+
+# --- RouteTrace: token-verified stitching (issue 13.1) -----------------------------------------------------------
+
+
+def _tokens(n: int, seed: int = 0) -> list[int]:
+    return [int(x) for x in np.random.default_rng(seed).integers(0, 50_000, size=n)]
+
+
+def test_trace_records_token_ids_and_extends_them() -> None:
+    full, tokens = _routes(9), _tokens(10)
+    assert RouteTrace().token_ids is None
+    trace = RouteTrace(num_experts=16)
+    trace.add(full[:4], start=0, token_ids=tokens[:5])  # turn 1: 5 tokens, 4 rows (the last token uncaptured)
+    recorded = trace.token_ids
+    assert recorded is not None
+    assert recorded.dtype == np.int64
+    assert recorded.tolist() == tokens[:5]
+    assert not recorded.flags.writeable
+    trace.add(full[4:], start=4, token_ids=tokens)  # turn 2: the whole conversation
+    assert trace.token_ids is not None
+    assert trace.token_ids.tolist() == tokens
+    routes, captured = trace.finalize()  # total_tokens defaults to the recorded tokens
+    assert captured == 9
+    assert np.array_equal(routes, full)
+    assert recorded.tolist() == tokens[:5]  # an earlier view is never rewritten
+
+
+def test_trace_refuses_a_call_whose_tokens_differ_naming_position_and_tokens() -> None:
+    full, tokens = _routes(9), _tokens(10)
+    trace = RouteTrace(num_experts=16)
+    trace.add(full[:4], start=0, token_ids=tokens[:5])
+    edited = [*tokens[:3], tokens[3] + 1, *tokens[4:]]  # a re-tokenized history: position 3 changed
+    with pytest.raises(R3WireError) as info:
+        trace.add(full[4:], start=4, token_ids=edited)
+    assert info.value.field == "token_ids[3]"
+    assert f"must be {tokens[3]}, the token recorded at trajectory position 3" in str(info.value)
+    assert str(info.value).endswith(f"got {tokens[3] + 1}")
+    assert trace.rows == 4
+    assert trace.token_ids is not None
+    assert trace.token_ids.tolist() == tokens[:5]
+
+
+def test_trace_routes_must_fit_inside_the_calls_tokens() -> None:
+    trace = RouteTrace()
+    with pytest.raises(R3WireError) as info:
+        trace.add(_routes(5), start=0, token_ids=_tokens(4))  # 5 rows for 4 tokens
+    assert info.value.field == "routes"
+    trace.add(_routes(4), start=0, token_ids=_tokens(4))  # rows == tokens is allowed (a prefill of the prompt)
+    with pytest.raises(R3WireError, match="start=2"):
+        trace.add(_routes(3), start=2, token_ids=_tokens(4))
+
+
+def test_trace_verifies_every_call_or_none() -> None:
+    verified = RouteTrace()
+    verified.add(_routes(2), start=0, token_ids=_tokens(3))
+    with pytest.raises(R3WireError) as info:
+        verified.add(_routes(1), start=2)
+    assert info.value.field == "token_ids"
+    plain = RouteTrace()
+    plain.add(_routes(2), start=0)
+    with pytest.raises(R3WireError) as info:
+        plain.add(_routes(1), start=2, token_ids=_tokens(3))
+    assert info.value.field == "token_ids"
+    with pytest.raises(R3WireError) as info:
+        plain.common_prefix(_tokens(3))
+    assert info.value.field == "trace"
+    with pytest.raises(R3WireError) as info:
+        plain.finalize()
+    assert info.value.field == "total_tokens"
+
+
+@pytest.mark.parametrize("bad", [[1.0, 2.0], [[1, 2]], "12", np.array([2**63], dtype=np.uint64), None])
+def test_trace_token_ids_must_be_a_1d_integer_sequence(bad: Any) -> None:
+    trace = RouteTrace()
+    if bad is None:
+        assert trace.common_prefix([]) == 0
+        return
+    with pytest.raises(R3WireError) as info:
+        trace.add(_routes(1), start=0, token_ids=bad)
+    assert info.value.field is not None
+    assert info.value.field.startswith("token_ids")
+
+
+def test_common_prefix_and_fork_follow_the_longest_matching_prefix() -> None:
+    full, tokens = _routes(9), _tokens(10)
+    trace = RouteTrace(num_experts=16)
+    trace.add(full, start=0, token_ids=tokens)
+    assert trace.common_prefix(tokens) == 10
+    assert trace.common_prefix(tokens[:6]) == 6
+    assert trace.common_prefix([*tokens[:6], -1, *tokens[7:]]) == 6
+    assert trace.common_prefix([*tokens, 7, 8]) == 10
+    # A branch that rewrote everything after token 6 (a compacted or edited history).
+    branch_tokens = [*tokens[:6], *_tokens(5, seed=9)]
+    branch_routes = _routes(10, seed=5)
+    branch_routes[:6] = full[:6]  # the shared prefix was routed identically
+    keep = trace.common_prefix(branch_tokens)
+    branch = trace.fork(keep)
+    assert branch.rows == 6
+    assert branch.token_ids is not None
+    assert branch.token_ids.tolist() == tokens[:6]
+    branch.add(branch_routes[6:], start=6, token_ids=branch_tokens)
+    assert np.array_equal(branch.finalize()[0], branch_routes)
+    # The original is untouched, and still refuses the branch's tokens.
+    assert np.array_equal(trace.finalize()[0], full)
+    with pytest.raises(R3WireError, match=r"token_ids\[6\]"):
+        trace.add(branch_routes[6:], start=6, token_ids=branch_tokens)
+
+
+def test_fork_keeps_tokens_past_the_rows_and_refuses_too_many() -> None:
+    full, tokens = _routes(4), _tokens(5)
+    trace = RouteTrace()
+    trace.add(full, start=0, token_ids=tokens)
+    branch = trace.fork(5)  # every token, the 4 rows recorded at them
+    assert branch.rows == 4
+    assert branch.token_ids is not None
+    assert len(branch.token_ids) == 5
+    with pytest.raises(R3WireError) as info:
+        trace.fork(6)
+    assert info.value.field == "rows"
+    plain = RouteTrace()
+    plain.add(full, start=0)
+    assert plain.fork(2).rows == 2
+    assert plain.fork(2).token_ids is None
+    assert RouteTrace().fork(0).rows == 0
+
+
+# --- RouteTrace: conflicts (issue 13.2) -------------------------------------------------------------------------
+
+
+def _drifted(full: Array, rows: list[int]) -> Array:
+    """``full`` with the given rows re-routed (a re-prefill that was not batch-invariant)."""
+    other: Array = full.copy()
+    for row in rows:
+        other[row, 0] = (other[row, 0] + 1) % 16
+    return other
+
+
+@pytest.mark.parametrize("policy", [None, "keep"])
+def test_conflicts_keep_the_recorded_rows_when_tokens_prove_alignment(policy: Any) -> None:
+    full, tokens = _routes(9), _tokens(10)
+    trace = RouteTrace(num_experts=16)
+    trace.add(full[:5], start=0, token_ids=tokens[:6])
+    second = _drifted(full, [1, 3])
+    trace.add(second[:9], start=0, token_ids=tokens, on_conflict=policy)
+    assert trace.conflicts == 2
+    assert np.array_equal(trace.finalize()[0], full)  # recorded rows 1 and 3 kept; rows 5.. from the second call
+
+
+def test_conflicts_replace_takes_the_new_rows_and_never_changes_a_finalized_array() -> None:
+    full, tokens = _routes(9), _tokens(10)
+    trace = RouteTrace(num_experts=16)
+    trace.add(full, start=0, token_ids=tokens)
+    finalized, _ = trace.finalize()
+    snapshot = finalized.copy()
+    second = _drifted(full, [2])
+    trace.add(second[2:5], start=2, token_ids=tokens, on_conflict="replace")
+    assert trace.conflicts == 1
+    assert np.array_equal(finalized, snapshot)
+    assert np.array_equal(trace.finalize()[0], second)
+
+
+def test_conflicts_raise_without_token_proof_or_when_asked() -> None:
+    full = _routes(9)
+    trace = RouteTrace(num_experts=16)
+    trace.add(full[:5], start=0)
+    with pytest.raises(R3WireError) as info:
+        trace.add(_drifted(full, [3])[2:], start=2)  # None without token_ids: "raise"
+    assert info.value.field == "routes[row 1, layer 0]"
+    assert trace.rows == 5
+    assert trace.conflicts == 0
+    trace.add(_drifted(full, [3])[2:], start=2, on_conflict="keep")  # the caller's explicit choice
+    assert trace.conflicts == 1
+    assert np.array_equal(trace.finalize(10)[0], full)
+    verified = RouteTrace()
+    verified.add(full[:5], start=0, token_ids=_tokens(6))
+    with pytest.raises(R3WireError, match="on_conflict"):
+        verified.add(_drifted(full, [0])[:6], start=0, token_ids=_tokens(7), on_conflict="raise")
+    with pytest.raises(R3WireError) as info:
+        verified.add(full[:5], start=0, token_ids=_tokens(6), on_conflict="newest")  # type: ignore[arg-type]
+    assert info.value.field == "on_conflict"
+
+
+# --- RouteTrace: prefill/decode split and the uncaptured last row (issue 13.3) ----------------------------------
+
+
+def test_prefill_and_decode_pieces_assemble_through_add_and_the_last_token_stays_masked() -> None:
+    prompt, completion = _tokens(6), _tokens(4, seed=1)
+    tokens = prompt + completion  # 10 tokens: rows 0..8 exist, token 9 was sampled and never forwarded
+    full = _routes(9)
+    trace = RouteTrace(num_experts=16)
+    trace.add(full[:6], start=0, token_ids=prompt)  # the prefill node: one row per prompt token
+    trace.add(full[6:], start=6, token_ids=tokens)  # the decode node: rows from the first completion token on
+    routes, captured = trace.finalize()
+    assert captured == 9
+    assert np.array_equal(routes, full)
+    padded, mask = pad_routes([routes], token_lengths=[len(tokens)], num_experts=16)
+    assert mask[0].tolist() == [False] * 9 + [True]
+    assert padded[0, 9].tolist() == [[0, 1]] * 3  # the uncaptured row is a masked dummy, not a guess
+
+
+def test_a_gap_between_pieces_raises_instead_of_being_filled() -> None:
+    full, tokens = _routes(9), _tokens(10)
+    trace = RouteTrace()
+    trace.add(full[:5], start=0, token_ids=tokens[:6])
+    with pytest.raises(R3WireError, match="gap"):
+        trace.add(full[6:], start=6, token_ids=tokens)  # the decode node's rows skip row 5
+
+
+# --- balanced padding (issue 13.4) ------------------------------------------------------------------------------
+
+
+def _padding_counts(padded: Array, mask: Array, num_experts: int) -> Array:
+    """Per layer, how many padding slots each expert receives across the batch: ``[layers, num_experts]``."""
+    rows = padded[mask]  # [padding rows, layers, top_k]
+    return np.stack([np.bincount(rows[:, layer].ravel(), minlength=num_experts) for layer in range(rows.shape[1])])
+
+
+@pytest.mark.parametrize(("num_experts", "top_k"), [(16, 2), (128, 8), (10, 4), (7, 7), (5, 1), (300, 3)])
+def test_balanced_fill_spreads_padding_over_every_expert(num_experts: int, top_k: int) -> None:
+    samples = [
+        synthetic_routes(rows, layers=3, top_k=top_k, num_experts=num_experts, seed=rows) for rows in (0, 3, 17, 40, 2)
+    ]
+    padded, mask = pad_routes(samples, num_experts=num_experts, fill="balanced", token_lengths=[5, 4, 20, 41, 9])
+    counts = _padding_counts(padded, mask, num_experts)
+    assert counts.sum() == int(mask.sum()) * top_k * 3
+    assert (counts.max(axis=1) - counts.min(axis=1) <= 1).all()
+    pad_rows = padded[mask]
+    assert (np.sort(pad_rows, axis=-1)[..., 1:] != np.sort(pad_rows, axis=-1)[..., :-1]).all()  # distinct
+    assert int(pad_rows.max()) < num_experts
+    # The captured rows are exactly as with the default fill, and the result is deterministic.
+    arange_padded, arange_mask = pad_routes(samples, num_experts=num_experts, token_lengths=[5, 4, 20, 41, 9])
+    assert np.array_equal(mask, arange_mask)
+    assert np.array_equal(padded[~mask], arange_padded[~mask])
+    again, _ = pad_routes(samples, num_experts=num_experts, fill="balanced", token_lengths=[5, 4, 20, 41, 9])
+    assert np.array_equal(padded, again)
+
+
+def test_balanced_fill_with_a_period_longer_than_any_run() -> None:
+    # 2**31 experts and top_k 1: the ids only repeat after 2**31 padding rows, so each run is built on its own.
+    samples = [np.zeros((1, 2, 1), dtype=np.int32), np.zeros((0, 2, 1), dtype=np.int32)]
+    padded, mask = pad_routes(samples, num_experts=2**31, fill="balanced", token_lengths=[4, 3], side="right")
+    assert padded[mask][:, 0, 0].tolist() == [0, 1, 2, 3, 4, 5, 6]
+    assert (padded[mask][:, 1] == padded[mask][:, 0]).all()
+
+
+def test_arange_and_balanced_fill_rules() -> None:
+    with pytest.raises(R3WireError) as info:
+        pad_routes([_routes(2)], fill="balanced")
+    assert info.value.field == "num_experts"
+    with pytest.raises(R3WireError) as info:
+        pad_routes([_routes(2)], fill="random")  # type: ignore[arg-type]
+    assert info.value.field == "fill"
+    with pytest.raises(R3WireError, match="top_k"):
+        pad_routes([np.zeros((1, 1, 4), dtype=np.uint8)], num_experts=3, fill="balanced")
+
+
+# --- pad_sequences (issue 13.5) ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_pad_sequences_uses_pad_routes_layout_cell_for_cell(side: Any) -> None:
+    routes = [_routes(3), _routes(0, seed=1), _routes(5, seed=2)]
+    lengths = [4, 2, 6]
+    token_ids = [np.arange(100 * i, 100 * i + n) for i, n in enumerate(lengths)]
+    padded_routes, route_mask = pad_routes(routes, token_lengths=lengths, side=side, max_len=7)
+    padded_ids, _id_mask = pad_sequences(token_ids, side=side, max_len=7, fill=-1)
+    assert padded_ids.shape == (3, 7)
+    assert padded_ids.dtype == np.int64
+    for i, n in enumerate(lengths):
+        first = 7 - n if side == "left" else 0
+        assert padded_ids[i, first : first + n].tolist() == token_ids[i].tolist()
+        # routes row r and token r share a cell
+        for r in range(routes[i].shape[0]):
+            assert padded_ids[i, first + r] == token_ids[i][r]
+            assert np.array_equal(padded_routes[i, first + r], routes[i][r])
+    _, row_mask = pad_sequences([np.zeros(r.shape[0]) for r in routes], token_lengths=lengths, side=side, max_len=7)
+    assert np.array_equal(row_mask, route_mask)
+
+
+def test_pad_sequences_offsets_place_completion_logprobs() -> None:
+    prompt_lens, completion_lens = [3, 1], [2, 4]
+    logprobs = [np.array([-0.5, -1.5], dtype=np.float32), np.array([-0.25, -2.0, -3.0, -4.0], dtype=np.float32)]
+    lengths = [p + c for p, c in zip(prompt_lens, completion_lens, strict=True)]
+    padded, mask = pad_sequences(logprobs, token_lengths=lengths, offsets=prompt_lens, side="left")
+    assert padded.dtype == np.float32
+    assert padded.shape == (2, 5)
+    assert padded.tolist() == [[0.0, 0.0, 0.0, -0.5, -1.5], [0.0, -0.25, -2.0, -3.0, -4.0]]
+    assert mask.tolist() == [[True, True, True, False, False], [True, False, False, False, False]]
+    padded, _ = pad_sequences(logprobs, offsets=prompt_lens, side="right", fill=np.nan)
+    assert np.isnan(padded[0, :3]).all()
+    assert padded[0, 3:].tolist() == [-0.5, -1.5]
+    assert padded.shape == (2, 5)
+
+
+def test_pad_sequences_multi_dim_values_out_and_empty() -> None:
+    topk = [np.ones((2, 3), dtype=np.float16), np.full((1, 3), 2.0, dtype=np.float32)]
+    padded, _mask = pad_sequences(topk, side="right")
+    assert padded.dtype == np.float32
+    assert padded.shape == (2, 2, 3)
+    assert padded[1].tolist() == [[2.0] * 3, [0.0] * 3]
+    out = np.full((2, 2, 3), 7.0, dtype=np.float32)
+    result, _ = pad_sequences(topk, side="right", out=out)
+    assert result is out
+    assert np.array_equal(out, padded)
+    empty, empty_mask = pad_sequences([], max_len=3)
+    assert empty.shape == (0, 3)
+    assert empty.dtype == np.float64
+    assert empty_mask.shape == (0, 3)
+
+
+@pytest.mark.parametrize(
+    ("values", "kwargs", "field"),
+    [
+        ([np.zeros(2, np.int32), np.zeros(2, np.float32)], {}, "values[1].dtype"),
+        ([np.zeros(2, np.uint64), np.zeros(2, np.int64)], {}, "values[1].dtype"),
+        ([np.zeros((2, 3)), np.zeros((2, 4))], {}, "values[1].shape"),
+        ([np.zeros(2, "U1")], {}, "values[0].dtype"),
+        ([np.float32(1.0)], {}, "values[0]"),
+        ("ab", {}, "values"),
+        ([np.zeros(2, np.float16)], {"fill": 0.1}, "fill"),
+        ([np.zeros(2, np.uint8)], {"fill": 256}, "fill"),
+        ([np.zeros(2, np.uint8)], {"fill": -1}, "fill"),
+        ([np.zeros(2, np.int64)], {"fill": 0.5}, "fill"),
+        ([np.zeros(2, np.int64)], {"fill": "0"}, "fill"),
+        ([np.zeros(2)], {"offsets": [1], "token_lengths": [2]}, "token_lengths[0]"),
+        ([np.zeros(2)], {"offsets": [-1]}, "offsets[0]"),
+        ([np.zeros(2)], {"offsets": [0, 1]}, "offsets"),
+        ([np.zeros(2)], {"max_len": 1}, "max_len"),
+        ([np.zeros(2)], {"side": "middle"}, "side"),
+        ([np.zeros(2)], {"out": np.zeros((1, 2), np.float32)}, "out.dtype"),
+        ([np.zeros(2)], {"out": np.zeros((1, 3))}, "out.shape"),
+    ],
+)
+def test_pad_sequences_errors(values: Any, kwargs: dict[str, Any], field: str) -> None:
+    with pytest.raises(R3WireError) as info:
+        pad_sequences(values, **kwargs)
+    assert info.value.field == field
+
+
+# --- bounds on what batching is given (issue 11.7) --------------------------------------------------------------
+
+
+def test_zero_layer_routes_from_a_decoded_payload_never_allocate_a_huge_mask() -> None:
+    # A 95-byte payload: shape [2**30, 0, 8] passes any max_elements (0 elements), then made pad_routes allocate a
+    # 1 GiB [1, 2**30] mask. Routes need layers >= 1, as for the decoders.
+    decoded = decode_routes({"data": "", "shape": [2**30, 0, 8], "dtype": "uint8"}) if _decodes_zero_layers() else None
+    sample = decoded if decoded is not None else np.empty((2**30, 0, 8), dtype=np.uint8)
+    builds: list[Callable[[], object]] = [
+        lambda: pad_routes([sample]),
+        lambda: pack_routes([sample]),
+        lambda: validate_routes([sample]),
+        lambda: RouteTrace().add(sample, start=0),
+        lambda: pad_sequences([sample]),
+    ]
+    for build in builds:
+        tracemalloc.start()
+        try:
+            with pytest.raises(R3WireError) as info:
+                build()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert info.value.field is not None
+        assert info.value.field.startswith(("samples[0].shape", "routes.shape", "values[0].shape"))
+        assert peak < 1 << 20
+
+
+def _decodes_zero_layers() -> bool:
+    # The decoders refuse 0-layer routes once issue 11.1 lands; until then this payload decodes.
+    try:
+        decode_routes({"data": "", "shape": [1, 0, 8], "dtype": "uint8"})
+    except R3WireError:
+        return False
+    return True
+
+
+def test_pack_routes_of_huge_row_counts_never_overflows_cu_seqlens() -> None:
+    # Eight [2**60, 0, 1] arrays summed past int64 in cu_seqlens; broadcast views give such rows with layers >= 1.
+    huge = np.broadcast_to(np.zeros((1, 1, 1), dtype=np.uint8), (2**60, 1, 1))
+    with pytest.raises(R3WireError) as info:
+        pack_routes([huge] * 8)
+    # Refused by the shared shape bound, the int64 bound on the sum, or the element limit, depending on the limits.
+    assert info.value.field is not None
+    assert info.value.field.startswith(("samples[0].shape", "sum(rows)", "flat"))
+    with pytest.raises(R3WireError) as info:
+        pack_routes([np.empty((2**60, 0, 1), dtype=np.uint8)] * 8)
+    assert info.value.field is not None
+    assert info.value.field.startswith("samples[0].shape")
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: pad_routes([_routes(3)], max_elements=17),
+        lambda: pad_routes([_routes(3)], token_lengths=[2**40], max_elements=2**30),
+        lambda: pad_routes([_routes(1)], max_len=2**62, max_elements=2**30),
+        lambda: pack_routes([_routes(3)], max_elements=17),
+        lambda: pad_sequences([np.zeros(3)], max_len=2**50, max_elements=2**30),
+        lambda: pad_sequences([np.zeros((3, 4))], max_elements=11),
+    ],
+)
+def test_batch_outputs_respect_max_elements_before_allocating(build: Callable[[], object]) -> None:
+    tracemalloc.start()
+    try:
+        with pytest.raises(R3WireError, match="max_elements"):
+            build()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20
+    # Exactly at the limit is allowed.
+    assert pad_routes([_routes(3)], max_elements=18)[0].size == 18
+    assert pack_routes([_routes(3)], max_elements=18)[0].size == 18
+
+
+def test_trace_respects_max_elements() -> None:
+    trace = RouteTrace(max_elements=30)
+    trace.add(_routes(5), start=0, token_ids=_tokens(6))  # 30 ids
+    with pytest.raises(R3WireError, match="max_elements"):
+        trace.add(_routes(6), start=0, token_ids=_tokens(7))
+    assert trace.rows == 5
+    with pytest.raises(R3WireError, match="max_elements"):
+        RouteTrace(max_elements=30).add(_routes(1), start=0, token_ids=np.zeros(31, dtype=np.int64))
+    with pytest.raises(R3WireError) as info:
+        RouteTrace(max_elements=-1)
+    assert info.value.field == "max_elements"
+
+
+def test_unbounded_requests_hit_the_default_limit() -> None:
+    import r3wire
+
+    default = getattr(r3wire, "DEFAULT_MAX_ELEMENTS", None)
+    if default is None:
+        pytest.skip("the decoders' default max_elements arrives with issue 11.2")
+    with pytest.raises(R3WireError, match="max_elements"):
+        pad_routes([_routes(1)], token_lengths=[default])
+    with pytest.raises(R3WireError, match="max_elements"):
+        pad_sequences([np.zeros(1, np.uint8)], max_len=default + 1)

@@ -95,11 +95,26 @@ def test_float16_nan_payload_and_inf() -> None:
     assert result.values.view("<u2").tolist() == [0xF0E2] * 4 + [0xBC00]  # 0xF0E2 is float16 -10000.0
 
 
-def test_float16_default_floor_is_refused_because_it_would_round() -> None:
-    # float16 holds -10000.0 but not -9999.0: silently writing -10000.0 would break "clamped values == floor".
+@pytest.mark.parametrize(
+    ("dtype", "expected"),
+    [(np.float16, -10000.0), (np.float32, -9999.0), (np.float64, -9999.0), (">f2", -10000.0), (">f4", -9999.0)],
+)
+def test_default_floor_is_the_dtypes_value_nearest_minus_9999(dtype: Any, expected: float) -> None:
+    # float16 holds -10000.0 but not -9999.0 (its neighbours there are 8 apart): the default floor is the dtype's
+    # nearest value, so clamping works for every float dtype without passing a floor.
+    source = np.array([np.nan, -np.inf, np.inf, -0.5], dtype=dtype)
+    result = clamp_logprobs(source)
+    assert result.num_clamped == 3
+    assert result.values.dtype == np.dtype(dtype)
+    assert result.values.tolist() == [expected] * 3 + [-0.5]
+    assert result.values[:3].tobytes() == np.full(3, expected, dtype=dtype).tobytes()
+
+
+def test_explicit_floor_that_would_round_is_still_refused() -> None:
+    # Only the default adapts to the dtype; a floor the caller spelled out is written exactly or refused.
     assert float(np.float16(-9999.0)) == -10000.0
     with pytest.raises(R3WireError, match=r"floor must be a value exactly representable in float16") as info:
-        clamp_logprobs(np.zeros(3, dtype=np.float16))  # refused even though nothing needs clamping
+        clamp_logprobs(np.zeros(3, dtype=np.float16), floor=-9999.0)  # refused even though nothing needs clamping
     assert info.value.field == "floor"
 
 
@@ -123,7 +138,7 @@ def test_non_finite_floor_is_refused(floor: float) -> None:
     assert not isinstance(info.value, EncodeError)
 
 
-@pytest.mark.parametrize("floor", [True, "-9999", None, 10**400, [1.0]])
+@pytest.mark.parametrize("floor", [True, "-9999", 10**400, [1.0]])  # None is the default floor
 def test_floor_of_wrong_type_is_refused(floor: Any) -> None:
     with pytest.raises(R3WireError, match="floor must be a finite float"):
         clamp_logprobs([1.0], floor=floor)

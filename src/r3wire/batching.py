@@ -1,38 +1,49 @@
 """Trainer-side batching of decoded routes: validate, pad, pack, and assemble a trajectory across turns.
 
 A trainer holds one ragged ``[rows_i, layers, top_k]`` array per trajectory and needs one batch array. The rules
-(``docs/batching.md`` has the full text):
+(``docs/batching.md`` has the full text, ``docs/trainer-batch.md`` the whole path from engine responses):
 
 - Row ``r`` of a trajectory is the routing computed at token position ``r`` (it produced token ``r + 1``), so an
   engine returns at most ``tokens - 1`` rows: the last sampled token is never forwarded. Rows past the captured
-  ones are *uncaptured*; positions outside a trajectory are *padding*. Both are filled with ``arange(top_k)``
-  (distinct dummy experts) and flagged in the mask, where ``True`` means "do not replay this row".
+  ones are *uncaptured*; positions outside a trajectory are *padding*. Both are filled with dummy experts
+  (``arange(top_k)``, or spread over the experts with ``fill="balanced"``) and flagged in the mask, where
+  ``True`` means "do not replay this row". :func:`pad_sequences` lays out any other per-token values the same way.
 - The batch dtype is fixed by ``num_experts`` when given (:func:`r3wire.route_dtype`, the same on every rank and
   every step); otherwise it is the smallest dtype that holds every sample's dtype. Every id is copied exactly or
   the call fails: ids are non-negative, fit the batch dtype, and are below ``num_experts`` when that is given.
+- What a helper is given is bounded as a decoder bounds a payload (``r3wire._validate``): every sample's shape
+  passes the shared shape check, routes have ``layers >= 1`` and ``top_k >= 1``, and an output is allocated only
+  after its element count passed ``max_elements``.
+- :class:`RouteTrace` stitches a trajectory from engine calls, verifying each call's token ids against the ones
+  recorded, so a row can never be placed at the wrong token silently.
 - Everything is NumPy; ``r3wire.torch`` turns the results into tensors without a copy.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from itertools import pairwise
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
-from r3wire._validate import MAX_DIM, check_int, is_int
+from r3wire._validate import MAX_DIM, check_element_count, check_int, check_shape, is_int, optional_max_elements
 from r3wire.errors import R3WireError, describe
 from r3wire.routes import route_dtype
 
-__all__ = ["RouteTrace", "pack_routes", "pad_routes", "unpack_routes", "validate_routes"]
+__all__ = ["RouteTrace", "pack_routes", "pad_routes", "pad_sequences", "unpack_routes", "validate_routes"]
 
 _NDIM = 3
 _EMPTY_DTYPE = np.dtype(np.uint8)  # an empty batch has no sample to take a dtype from; uint8 as on the wire
+_INT64_MAX: Final = int(np.iinfo(np.int64).max)
 
 Array = np.ndarray[Any, Any]
+Fill = Literal["arange", "balanced"]
+Conflict = Literal["keep", "replace", "raise"]
+_CONFLICT_POLICIES: Final = ("keep", "replace", "raise")
 
 
 def _fail(field: str, expected: str, got: object, *, raw: bool = True) -> R3WireError:
@@ -62,18 +73,27 @@ def _as_routes(value: object, field: str) -> Array:
         raise _fail(f"{field}.dtype", "an integer dtype", str(arr.dtype))
     if arr.ndim != _NDIM:
         raise _fail(field, "a 3-d array [rows, layers, top_k]", f"shape {list(arr.shape)}")
+    # The decoders' shape bound, so a payload that decoded cannot make a batch output unbounded (issue 11.7).
+    check_shape(list(arr.shape), f"{field}.shape", ndim=_NDIM, error=R3WireError)
+    if arr.shape[1] < 1:
+        raise _fail(f"{field}.shape[1]", "layers >= 1", arr.shape[1])
     if arr.shape[2] < 1:
         raise _fail(f"{field}.shape[2]", "top_k >= 1", arr.shape[2])
     return arr
 
 
+def _is_sequence(value: object) -> bool:
+    return not (
+        isinstance(value, (str, bytes, bytearray, memoryview))
+        or not isinstance(value, (Sequence, np.ndarray))
+        or (isinstance(value, np.ndarray) and value.ndim == 0)
+    )
+
+
 def _samples(samples: object, field: str = "samples") -> list[Array]:
-    if (
-        isinstance(samples, (str, bytes, bytearray, memoryview))
-        or not isinstance(samples, (Sequence, np.ndarray))
-        or (isinstance(samples, np.ndarray) and samples.ndim == 0)
-    ):
+    if not _is_sequence(samples):
         raise _fail(field, "a sequence of [rows, layers, top_k] arrays", type(samples).__name__)
+    assert isinstance(samples, (Sequence, np.ndarray))
     arrays = [_as_routes(sample, f"{field}[{i}]") for i, sample in enumerate(samples)]
     for i, arr in enumerate(arrays[1:], start=1):
         if arr.shape[1:] != arrays[0].shape[1:]:
@@ -102,11 +122,11 @@ def _id_limit(dtype: np.dtype[Any], n_experts: int | None) -> int:
 
 
 def _check_filler(top_k: int, dtype: np.dtype[Any], n_experts: int | None, field: str) -> None:
-    # Padding rows hold ids 0 .. top_k - 1: they must be valid, distinct ids of the batch dtype.
+    # Padding rows hold top_k distinct ids (0 .. top_k - 1 for "arange"): they must be valid ids of the batch.
     limit = _id_limit(dtype, n_experts)
     if top_k - 1 > limit:
         what = f"num_experts={n_experts}" if n_experts is not None else f"the batch dtype {dtype.name}"
-        raise _fail(field, f"top_k <= {limit + 1} (padding rows are arange(top_k); {what})", top_k)
+        raise _fail(field, f"top_k <= {limit + 1} (padding rows hold top_k distinct ids; {what})", top_k)
 
 
 def _where(field: str, index: Sequence[int]) -> str:
@@ -150,32 +170,88 @@ def _check_distinct(arr: Array, field: str) -> None:
         )
 
 
-def _token_lengths(token_lengths: object, rows: Sequence[int]) -> list[int]:
-    if token_lengths is None:
-        return list(rows)
-    if isinstance(token_lengths, np.ndarray):
-        if token_lengths.ndim != 1 or token_lengths.dtype.kind not in "iu":
-            raise _fail("token_lengths", "a 1-d integer sequence", f"{token_lengths.dtype} {list(token_lengths.shape)}")
-        values: Sequence[object] = token_lengths.tolist()
-    elif isinstance(token_lengths, Sequence) and not isinstance(token_lengths, (str, bytes)):
-        values = token_lengths
+def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
+    """``value`` as ``count`` Python ints in ``0 .. MAX_DIM`` (a list, tuple or 1-d integer array)."""
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1 or value.dtype.kind not in "iu":
+            raise _fail(field, "a 1-d integer sequence", f"{value.dtype} {list(value.shape)}")
+        values: Sequence[object] = value.tolist()
+    elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        values = value
     else:
-        raise _fail("token_lengths", "a sequence of integers, one per sample", type(token_lengths).__name__)
-    if len(values) != len(rows):
-        raise _fail("token_lengths", f"{len(rows)} lengths (one per sample)", f"{len(values)}")
-    lengths = []
-    for i, (value, n_rows) in enumerate(zip(values, rows, strict=True)):
-        if not is_int(value):
-            raise _fail(f"token_lengths[{i}]", "an integer", describe(value))
-        length = int(value)
-        if length < n_rows:
+        raise _fail(field, f"a sequence of integers, {what}", type(value).__name__)
+    if len(values) != count:
+        raise _fail(field, f"{count} integers ({what})", f"{len(values)}")
+    # The common case, plain ints in range, is checked in two passes instead of one check_int call per sample.
+    if all(type(item) is int for item in values):
+        plain: list[int] = list(values)  # type: ignore[arg-type]  # every item is an int, checked above
+        if not plain or (min(plain) >= 0 and max(plain) <= MAX_DIM):
+            return plain
+    result = []
+    for i, item in enumerate(values):
+        if not is_int(item):
+            raise _fail(f"{field}[{i}]", "an integer", describe(item))
+        result.append(check_int(item, f"{field}[{i}]", minimum=0, maximum=MAX_DIM, error=R3WireError))
+    return result
+
+
+def _token_lengths(token_lengths: object, rows: Sequence[int], offsets: Sequence[int] | None = None) -> list[int]:
+    """Each sample's token count: given, or its rows (plus its offset); never fewer than offset + rows."""
+    starts = list(offsets) if offsets is not None else [0] * len(rows)
+    if token_lengths is None:
+        return [start + n for start, n in zip(starts, rows, strict=True)]
+    lengths = _int_list(token_lengths, "token_lengths", len(rows), "one length per sample")
+    for i, (length, start, n_rows) in enumerate(zip(lengths, starts, rows, strict=True)):
+        if length < start + n_rows:
+            what = "route rows" if offsets is None else "positions (offset + values)"
             raise _fail(
                 f"token_lengths[{i}]",
-                f">= the {n_rows} route rows of samples[{i}] (rows may be fewer than tokens, never more)",
+                f">= the {start + n_rows} {what} of samples[{i}] (rows may be fewer than tokens, never more)",
                 length,
             )
-        lengths.append(length)
     return lengths
+
+
+def _layout(
+    counts: Sequence[int],
+    token_lengths: object,
+    offsets: Sequence[int] | None,
+    side: object,
+    max_len: object,
+) -> tuple[int, list[int]]:
+    """The padded width and where each sample's first row lands: the one layout every padding helper shares.
+
+    Trajectory ``i`` occupies ``token_lengths[i]`` positions, right-aligned for ``side="left"`` and left-aligned
+    for ``"right"``; its rows start ``offsets[i]`` (default 0) positions into it.
+    """
+    if side not in ("left", "right"):
+        raise _fail("side", "'left' or 'right'", describe(side))
+    lengths = _token_lengths(token_lengths, counts, offsets)
+    longest = max(lengths, default=0)
+    if max_len is None:
+        width = longest
+    else:
+        width = check_int(max_len, "max_len", minimum=0, maximum=MAX_DIM, error=R3WireError)
+        if longest > width:
+            i = lengths.index(longest)
+            raise _fail("max_len", f">= every token length (samples[{i}] has {longest})", width)
+    starts = list(offsets) if offsets is not None else [0] * len(counts)
+    firsts = [(width - length if side == "left" else 0) + start for length, start in zip(lengths, starts, strict=True)]
+    return width, firsts
+
+
+def _bounded(shape: tuple[int, ...], max_elements: object, field: str) -> None:
+    """Refuse an output shape over the caller's (or the default) element limit before allocating it."""
+    check_element_count(shape, optional_max_elements(max_elements), field)
+
+
+def _allocate(shape: tuple[int, ...], dtype: np.dtype[Any] | type, field: str) -> Array:
+    # The element limit is checked first; this only turns NumPy's own refusal (no limit given, an address space
+    # too small) into the library's error instead of a leaked ValueError or MemoryError.
+    try:
+        return np.empty(shape, dtype=dtype)
+    except (ValueError, MemoryError) as exc:
+        raise _fail(field, "an array this process can allocate", f"{list(shape)} ({type(exc).__name__})") from None
 
 
 def validate_routes(
@@ -186,9 +262,10 @@ def validate_routes(
 ) -> None:
     """Check a batch of routes without building anything: every rule :func:`pad_routes` applies with ``check=True``.
 
-    The rules: each sample is a 3-d integer array ``[rows, layers, top_k]``; all share ``[layers, top_k]``;
-    ``top_k >= 1``; ids are non-negative and below ``num_experts`` (when given, else they fit the batch dtype);
-    ids within each row (one token, one layer) are distinct; rows do not exceed ``token_lengths`` (when given).
+    The rules: each sample is a 3-d integer array ``[rows, layers, top_k]`` within the decoders' shape bounds;
+    all share ``[layers, top_k]``; ``layers >= 1`` and ``top_k >= 1``; ids are non-negative and below
+    ``num_experts`` (when given, else they fit the batch dtype); ids within each row (one token, one layer) are
+    distinct; rows do not exceed ``token_lengths`` (when given).
 
     Args:
         samples: one array per trajectory: NumPy arrays of any integer dtype, torch tensors or nested lists.
@@ -219,18 +296,20 @@ def pad_routes(
     max_len: int | None = None,
     check: bool = False,
     out: Array | None = None,
+    fill: Fill = "arange",
+    max_elements: int | None = None,
 ) -> tuple[Array, Array]:
     """Pad ragged per-trajectory routes into one ``[batch, max_len, layers, top_k]`` array and a mask.
 
     Trajectory ``i`` occupies ``token_lengths[i]`` consecutive positions (right-aligned for ``side="left"``,
     left-aligned for ``"right"``); its route rows fill the first ``rows_i`` of them, in order. Every other row,
-    padding and uncaptured alike (such as the last sampled token, which the engine never forwarded), is
-    ``arange(top_k)`` in every layer, and ``mask`` is ``True`` exactly there. The output is written once:
-    each row is either copied from a sample or filled, never both.
+    padding and uncaptured alike (such as the last sampled token, which the engine never forwarded), is a
+    padding row (see ``fill``), and ``mask`` is ``True`` exactly there. The output is written once: each row is
+    either copied from a sample or filled, never both. :func:`pad_sequences` uses the same layout.
 
     Args:
         samples: one ``[rows_i, layers, top_k]`` array per trajectory (any integer dtype; torch tensors and nested
-            lists are accepted); all share ``[layers, top_k]``. Zero-row samples are allowed.
+            lists are accepted); all share ``[layers, top_k]``, both ``>= 1``. Zero-row samples are allowed.
         token_lengths: each trajectory's token count; ``rows_i <= token_lengths[i]``. Default: ``rows_i``.
         side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
         num_experts: the model's expert count. Fixes the batch dtype to :func:`r3wire.route_dtype`
@@ -239,6 +318,12 @@ def pad_routes(
         check: also run :func:`validate_routes`' costlier rule: ids distinct within each row.
         out: a writable array of exactly the output shape and batch dtype to fill instead of allocating one
             (a reused or pinned buffer). Its contents are unspecified if an error is raised.
+        fill: what padding rows hold. ``"arange"``: ``0 .. top_k - 1`` in every row and layer. ``"balanced"``
+            (needs ``num_experts``): the batch's padding rows, numbered in order (sample by sample, position by
+            position), take consecutive ids modulo ``num_experts`` (row ``g`` holds ``(g * top_k + j) %
+            num_experts`` for slot ``j``, in every layer), so each expert receives the same number of padding
+            slots per layer to within one and no expert-parallel rank gets every padding token. Deterministic.
+        max_elements: the largest ``padded`` (in ids) to allocate; ``None`` is the decoders' default limit.
 
     Returns:
         ``(padded, mask)``: ``padded`` ``[batch, max_len, layers, top_k]`` of the batch dtype (``num_experts``'s
@@ -247,33 +332,31 @@ def pad_routes(
         gives shape ``[0, max_len or 0, 0, 0]``.
 
     Raises:
-        R3WireError: a sample is not a 3-d integer array, samples disagree on ``[layers, top_k]``, ``top_k < 1``,
-            a sample has more rows than its token length, a length exceeds ``max_len``, an id is negative, does
-            not fit the batch dtype or is ``>= num_experts`` (the message names sample, row, layer and slot),
-            ids repeat within a row (``check=True``), or ``out`` does not match.
+        R3WireError: a sample is not a 3-d integer array, its shape is out of bounds, samples disagree on
+            ``[layers, top_k]``, ``layers < 1`` or ``top_k < 1``, a sample has more rows than its token length,
+            a length exceeds ``max_len``, the output exceeds ``max_elements``, an id is negative, does not fit
+            the batch dtype or is ``>= num_experts`` (the message names sample, row, layer and slot), ids repeat
+            within a row (``check=True``), ``fill`` is unknown or ``"balanced"`` without ``num_experts``, or
+            ``out`` does not match.
     """
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
-    if side not in ("left", "right"):
-        raise _fail("side", "'left' or 'right'", describe(side))
+    if fill not in ("arange", "balanced"):
+        raise _fail("fill", "'arange' or 'balanced'", describe(fill))
+    if fill == "balanced" and n_experts is None:
+        raise _fail("num_experts", "given with fill='balanced' (padding is spread over the experts)", "None")
     rows = [arr.shape[0] for arr in arrays]
-    lengths = _token_lengths(token_lengths, rows)
-    longest = max(lengths, default=0)
-    if max_len is None:
-        width = longest
-    else:
-        width = check_int(max_len, "max_len", minimum=0, maximum=MAX_DIM, error=R3WireError)
-        if longest > width:
-            i = lengths.index(longest)
-            raise _fail("max_len", f">= every token length (samples[{i}] has {longest})", width)
+    width, firsts = _layout(rows, token_lengths, None, side, max_len)
     dtype = _batch_dtype(arrays, n_experts)
     layers, top_k = arrays[0].shape[1:] if arrays else (0, 0)
     if arrays:
         _check_filler(top_k, dtype, n_experts, "samples[0].shape[2]")
     shape = (len(arrays), width, layers, top_k)
+    _bounded(shape, max_elements, "padded")
     padded = _output(out, shape, dtype)
     mask = np.ones((len(arrays), width), dtype=np.bool_)
-    filler = _padding_rows(max((width - r for r in rows), default=0), layers, top_k, dtype)
+    longest_run = max((max(first, width - first - n) for first, n in zip(firsts, rows, strict=True)), default=0)
+    filler = _Filler(fill, longest_run=longest_run, layers=layers, top_k=top_k, dtype=dtype, n_experts=n_experts)
     limit, expected = _id_limit(dtype, n_experts), _range_expected(dtype, n_experts)
     for i, arr in enumerate(arrays):
         field = f"samples[{i}]"
@@ -282,15 +365,65 @@ def pad_routes(
         _check_range(arr, limit, field, expected=expected)
         if check:
             _check_distinct(arr, field)
-        start = width - lengths[i] if side == "left" else 0
-        stop = start + rows[i]
+        start, stop = firsts[i], firsts[i] + rows[i]
         if start:
-            padded[i, :start] = filler[:start]
+            padded[i, :start] = filler.take(start)
         np.copyto(padded[i, start:stop], arr, casting="unsafe")  # lossless: every id was range-checked above
         if stop < width:
-            padded[i, stop:] = filler[: width - stop]
+            padded[i, stop:] = filler.take(width - stop)
         mask[i, start:stop] = False
     return padded, mask
+
+
+class _Filler:
+    """Padding rows, handed out in batch order: ``arange(top_k)`` rows, or balanced rows that continue the cycle."""
+
+    __slots__ = ("_block", "_dtype", "_experts", "_layers", "_next", "_period", "_top_k")
+
+    def __init__(
+        self,
+        fill: Fill,
+        *,
+        longest_run: int,
+        layers: int,
+        top_k: int,
+        dtype: np.dtype[Any],
+        n_experts: int | None,
+    ) -> None:
+        self._layers, self._top_k, self._dtype, self._next = layers, top_k, dtype, 0
+        if fill == "arange" or n_experts is None:
+            self._experts = self._period = 0
+            self._block = _padding_rows(longest_run, layers, top_k, dtype)
+            return
+        self._experts = n_experts
+        # Row g's ids repeat with g modulo this period; a block one period longer than the longest run serves
+        # every run by slicing. A longer period (many experts, short runs) builds each run on its own instead.
+        self._period = n_experts // math.gcd(n_experts, top_k)
+        size = longest_run + self._period if self._period <= longest_run else 0
+        self._block = self._balanced(0, size)
+
+    def _balanced(self, first: int, count: int) -> Array:
+        ids = (np.arange(first, first + count, dtype=np.int64)[:, None] * self._top_k + np.arange(self._top_k)) % (
+            self._experts
+        )
+        block = np.empty((count, self._layers, self._top_k), dtype=self._dtype)
+        if count and self._layers:
+            block[:, 0] = ids
+            done = 1
+            while done < self._layers:
+                step = min(done, self._layers - done)
+                block[:, done : done + step] = block[:, :step]
+                done += step
+        return block
+
+    def take(self, count: int) -> Array:
+        if not self._experts:
+            return self._block[:count]
+        first, self._next = self._next, self._next + count
+        if self._block.shape[0]:
+            phase = first % self._period
+            return self._block[phase : phase + count]
+        return self._balanced(first, count)
 
 
 def _padding_rows(count: int, layers: int, top_k: int, dtype: np.dtype[Any]) -> Array:
@@ -311,13 +444,15 @@ def _padding_rows(count: int, layers: int, top_k: int, dtype: np.dtype[Any]) -> 
     return block
 
 
-def _output(out: object, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
+def _output(
+    out: object, shape: tuple[int, ...], dtype: np.dtype[Any], layout: str = "[batch, max_len, layers, top_k]"
+) -> Array:
     if out is None:
-        return np.empty(shape, dtype=dtype)
+        return _allocate(shape, dtype, "padded")
     if not isinstance(out, np.ndarray):
         raise _fail("out", "a NumPy array (for a torch tensor pass tensor.numpy())", type(out).__name__)
     if out.shape != shape:
-        raise _fail("out.shape", f"{list(shape)} [batch, max_len, layers, top_k]", f"{list(out.shape)}")
+        raise _fail("out.shape", f"{list(shape)} {layout}", f"{list(out.shape)}")
     if out.dtype != dtype:
         raise _fail("out.dtype", f"{dtype.name} (the batch dtype)", str(out.dtype))
     if not out.flags.writeable:
@@ -325,11 +460,151 @@ def _output(out: object, shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
     return out
 
 
+def _as_values(value: object, field: str) -> Array:
+    arr = as_numpy(value, field=field)
+    if arr.dtype.kind not in "biuf":
+        raise _fail(f"{field}.dtype", "a bool, integer or float dtype", str(arr.dtype))
+    if arr.ndim < 1:
+        raise _fail(field, "an array with a token axis first", f"shape {list(arr.shape)}")
+    for axis, size in enumerate(arr.shape[1:], start=1):
+        # As routes need layers and top_k >= 1: a value per token has at least one element, so the mask is never
+        # larger than the values (a 95-byte [2**30, 0] payload cannot ask for a 1 GiB mask).
+        if size < 1:
+            raise _fail(f"{field}.shape[{axis}]", ">= 1 (each token's value has at least one element)", size)
+    return arr
+
+
+_KINDS: Final = {"b": "bool", "i": "integer", "u": "integer", "f": "float"}
+
+
+def _values_dtype(arrays: Sequence[Array], fill_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The one dtype every sample converts to exactly: same kind (bool, integer, float), the widest of them."""
+    if not arrays:
+        return _native(fill_dtype)
+    dtype = _native(arrays[0].dtype)
+    kind = _KINDS[dtype.kind]
+    for i, arr in enumerate(arrays[1:], start=1):
+        if _KINDS[arr.dtype.kind] != kind:
+            article = "an" if kind == "integer" else "a"
+            raise _fail(f"values[{i}].dtype", f"{article} {kind} dtype like values[0] ({dtype.name})", str(arr.dtype))
+        wider = np.promote_types(dtype, arr.dtype)
+        if wider.kind != dtype.kind and kind == "integer" and wider.kind == "f":
+            raise _fail(
+                f"values[{i}].dtype",
+                f"an integer dtype that {dtype.name} combines with exactly (uint64 and signed do not)",
+                str(arr.dtype),
+            )
+        dtype = _native(wider)
+    return dtype
+
+
+def _fill_value(fill: object, dtype: np.dtype[Any]) -> Array:
+    """``fill`` as a scalar of ``dtype``, refused when it would not be stored exactly."""
+    if not isinstance(fill, (bool, int, float, np.bool_, np.integer, np.floating)):
+        raise _fail("fill", "a number (bool, int or float)", type(fill).__name__)
+    try:
+        with np.errstate(all="ignore"):
+            stored = np.asarray(fill).astype(dtype)
+    except (OverflowError, TypeError, ValueError):
+        stored = None
+    if stored is not None:
+        back = stored.item()
+        if back == fill or (isinstance(back, float) and math.isnan(back) and math.isnan(float(fill))):
+            return stored
+    raise _fail("fill", f"a value exactly representable in {dtype.name}", describe(fill))
+
+
+def pad_sequences(
+    values: Sequence[Any] | Array,
+    *,
+    token_lengths: Sequence[int] | Array | None = None,
+    side: Literal["left", "right"] = "left",
+    fill: float = 0,
+    out: Array | None = None,
+    offsets: Sequence[int] | Array | None = None,
+    max_len: int | None = None,
+    max_elements: int | None = None,
+) -> tuple[Array, Array]:
+    """Pad ragged per-token values (logprobs, token ids, advantages) with exactly :func:`pad_routes`' layout.
+
+    For the same ``token_lengths``, ``side`` and ``max_len``, token position ``t`` of trajectory ``i`` lands in
+    cell ``[i, first_i + t]`` here and in :func:`pad_routes`, so element ``j`` of a sample with ``offsets[i] = 0``
+    sits in the same cell as routes row ``j``. A sample whose values start later (logprobs cover the completion
+    only) gives its first position as ``offsets[i]``.
+
+    Args:
+        values: one array per trajectory, ``[n_i, *rest]`` (``rest`` shared, each dimension ``>= 1``; 1-d for
+            one value per token), of a bool, integer or float dtype (NumPy arrays, torch tensors or nested
+            lists). All of one kind; the output dtype is the widest of them (every value converts exactly).
+        token_lengths: each trajectory's token count; ``offsets[i] + n_i <= token_lengths[i]``. Default:
+            ``offsets[i] + n_i``.
+        side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
+        fill: what every cell outside the values holds; must be exactly representable in the output dtype.
+        out: a writable array of exactly the output shape and dtype to fill instead of allocating one.
+        offsets: the trajectory position of each sample's first value (default 0).
+        max_len: the padded length; default the longest token length.
+        max_elements: the largest ``padded`` (in elements) to allocate; ``None`` is the decoders' default limit.
+
+    Returns:
+        ``(padded, mask)``: ``padded`` ``[batch, max_len, *rest]``, and bool ``mask`` ``[batch, max_len]``,
+        ``True`` where a cell holds no value (padding, or a position of the trajectory the sample does not
+        cover) — the same polarity as :func:`pad_routes`: ``True`` = do not use. An empty batch gives
+        ``[0, max_len or 0]`` of float64 (or ``out``'s dtype).
+
+    Raises:
+        R3WireError: a sample is not an array of a bool, integer or float dtype with a token axis, samples differ
+            in ``rest`` or in kind, a length, offset or ``max_len`` is inconsistent, the output exceeds
+            ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match.
+    """
+    if not _is_sequence(values):
+        raise _fail("values", "a sequence of per-token arrays", type(values).__name__)
+    assert isinstance(values, (Sequence, np.ndarray))
+    arrays = [_as_values(sample, f"values[{i}]") for i, sample in enumerate(values)]
+    for i, arr in enumerate(arrays[1:], start=1):
+        if arr.shape[1:] != arrays[0].shape[1:]:
+            raise _fail(
+                f"values[{i}].shape",
+                f"[n{''.join(f', {d}' for d in arrays[0].shape[1:])}] (the trailing shape of values[0])",
+                f"{list(arr.shape)}",
+            )
+    counts = [arr.shape[0] for arr in arrays]
+    if arrays:
+        # The decoders' shape bound. Samples share every dimension but the first, so the sample with the most
+        # rows stands for all (one check per batch: a per-sample check costs more than copying a short sample).
+        longest = counts.index(max(counts))
+        check_shape(list(arrays[longest].shape), f"values[{longest}].shape", ndim=None, error=R3WireError)
+    starts = None if offsets is None else _int_list(offsets, "offsets", len(arrays), "one offset per sample")
+    width, firsts = _layout(counts, token_lengths, starts, side, max_len)
+    rest: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
+    if arrays:
+        dtype = _values_dtype(arrays, np.dtype(np.float64))
+    elif isinstance(out, np.ndarray):
+        dtype = out.dtype
+    else:
+        dtype = np.dtype(np.float64)
+    scalar = _fill_value(fill, dtype)
+    shape = (len(arrays), width, *rest)
+    _bounded(shape, max_elements, "padded")
+    padded = _output(out, shape, dtype, "[batch, max_len, *rest]")
+    mask = np.ones((len(arrays), width), dtype=np.bool_)
+    # Per-token arrays are short: this loop's per-sample overhead, not the bytes, is what costs (kept minimal).
+    for row, row_mask, arr, start, count in zip(padded, mask, arrays, firsts, counts, strict=True):
+        stop = start + count
+        if start:
+            row[:start] = scalar
+        row[start:stop] = arr  # exact: same kind, widened (see _values_dtype)
+        if stop < width:
+            row[stop:] = scalar
+        row_mask[start:stop] = False
+    return padded, mask
+
+
 def pack_routes(
     samples: Sequence[Any] | Array,
     *,
     num_experts: int | None = None,
     check: bool = False,
+    max_elements: int | None = None,
 ) -> tuple[Array, Array]:
     """Concatenate per-trajectory routes along rows, for trainers that use packed (varlen) sequences.
 
@@ -339,6 +614,7 @@ def pack_routes(
         samples: one ``[rows_i, layers, top_k]`` array per trajectory, as for :func:`pad_routes`.
         num_experts: the model's expert count: fixes the dtype and bounds the ids, as for :func:`pad_routes`.
         check: also require distinct ids within each row.
+        max_elements: the largest ``flat`` (in ids) to allocate; ``None`` is the decoders' default limit.
 
     Returns:
         ``(flat, cu_seqlens)``: ``flat`` ``[sum(rows_i), layers, top_k]`` (``[0, 0, 0]`` for an empty batch) and
@@ -346,15 +622,22 @@ def pack_routes(
         ``flat[cu_seqlens[i]:cu_seqlens[i + 1]]``. (flash-attn wants int32: ``cu_seqlens.astype(np.int32)``.)
 
     Raises:
-        R3WireError: as :func:`pad_routes` for the samples and ids.
+        R3WireError: as :func:`pad_routes` for the samples and ids; the total rows exceed ``max_elements`` (or
+            int64, whatever the limit).
     """
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     dtype = _batch_dtype(arrays, n_experts)
     layers, top_k = arrays[0].shape[1:] if arrays else (0, 0)
+    rows = [arr.shape[0] for arr in arrays]
+    # Summed as Python ints: NumPy's cumsum would wrap silently past int64 (eight broadcast 2**60-row views).
+    total = sum(rows)
+    check_int(total, "sum(rows)", minimum=0, maximum=_INT64_MAX, error=R3WireError)
+    shape = (total, layers, top_k)
+    _bounded(shape, max_elements, "flat")
     cu_seqlens = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum([arr.shape[0] for arr in arrays], out=cu_seqlens[1:])
-    flat = np.empty((int(cu_seqlens[-1]), layers, top_k), dtype=dtype)
+    np.cumsum(rows, out=cu_seqlens[1:])
+    flat = _allocate(shape, dtype, "flat")
     limit, expected = _id_limit(dtype, n_experts), _range_expected(dtype, n_experts)
     for i, arr in enumerate(arrays):
         _check_range(arr, limit, f"samples[{i}]", expected=expected)
@@ -395,34 +678,80 @@ def unpack_routes(flat: Array, cu_seqlens: Any) -> list[Array]:
     return [flat[a:b] for a, b in pairwise(bounds)]
 
 
-class RouteTrace:
-    """One trajectory's routes assembled over the turns of a multi-turn rollout.
+def _as_tokens(value: object, field: str) -> Array:
+    """A call's token ids as a 1-d int64 array (compared exactly: no float or wrapped uint64 comparison)."""
+    arr = as_numpy(value, field=field)
+    if arr.ndim == 1 and arr.size == 0:
+        return np.empty(0, dtype=np.int64)  # [] arrives as float64
+    if arr.ndim != 1 or arr.dtype.kind not in "iu":
+        raise _fail(field, "a 1-d sequence of integer token ids", f"{arr.dtype} {list(arr.shape)}")
+    if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > _INT64_MAX:
+        position = int(np.argmax(arr > _INT64_MAX))
+        raise _fail(f"{field}[{position}]", f"a token id <= {_INT64_MAX}", int(arr[position]))
+    return arr.astype(np.int64, copy=False)
 
-    Each turn's engine call returns the rows from some position on (its "prompt start" / ``start_len``) to the
-    end of what it forwarded; :meth:`add` places them at that position. Rows must continue the trace without a
-    gap; rows that overlap what is recorded must agree with it. The dtype is fixed by ``num_experts`` when given;
-    otherwise a turn that arrives in a wider dtype widens the trace (never truncating an id).
+
+def _first_difference(recorded: Array, given: Array) -> int | None:
+    """The first position where two token sequences differ on their common length, or None."""
+    common = min(recorded.shape[0], given.shape[0])
+    differs = recorded[:common] != given[:common]
+    return int(np.argmax(differs)) if differs.any() else None
+
+
+class RouteTrace:
+    """One trajectory's routes assembled over the engine calls of a multi-turn rollout, verified by token ids.
+
+    Each call returns the rows from some position on (its "prompt start" / ``start_len``, prime-rl's ``start``, or
+    0 for a prefill node) to the end of what it forwarded; :meth:`add` places them at that position. Given each
+    call's full ``token_ids``, the trace records the trajectory's tokens and refuses a call whose tokens differ
+    from them (a wrong prefix, a branch that was not forked): a row is never stitched onto the wrong token. Rows
+    must continue the trace without a gap; rows that overlap what is recorded are compared, and a difference is
+    a *conflict* (see :meth:`add`). The dtype is fixed by ``num_experts`` when given; otherwise a call that
+    arrives in a wider dtype widens the trace (never truncating an id).
+
+    A trace either verifies tokens on every call (the first :meth:`add` gave ``token_ids``) or on none.
 
     Example::
 
         trace = RouteTrace(num_experts=128)
-        trace.add(turn1, start=0)            # prompt + first reply
-        trace.add(turn2, start=turn2_start)  # the engine's start_len for the second call
-        routes, captured = trace.finalize(len(token_ids))
-        padded, mask = pad_routes([routes], token_lengths=[len(token_ids)], num_experts=128)
+        trace.add(turn1_routes, start=0, token_ids=turn1_tokens)  # prompt + first reply
+        trace.add(turn2_routes, start=turn2_start, token_ids=turn2_tokens)  # the whole second call's tokens
+        routes, captured = trace.finalize()  # total_tokens defaults to the recorded token count
+        padded, mask = pad_routes([routes], token_lengths=[len(trace.token_ids)], num_experts=128)
     """
 
-    __slots__ = ("_buf", "_num_experts", "_rows")
+    __slots__ = (
+        "_buf",
+        "_conflicts",
+        "_max_elements",
+        "_n_tokens",
+        "_num_experts",
+        "_rows",
+        "_shared",
+        "_tokens",
+        "_verified",
+    )
 
-    def __init__(self, *, num_experts: int | None = None) -> None:
+    def __init__(self, *, num_experts: int | None = None, max_elements: int | None = None) -> None:
         """Start an empty trace.
 
+        Args:
+            num_experts: the model's expert count: fixes the dtype and bounds every id.
+            max_elements: the largest trace (in ids, and in token ids) to hold; ``None`` is the decoders'
+                default limit.
+
         Raises:
-            R3WireError: ``num_experts`` is not an integer in ``1 .. 2**31``.
+            R3WireError: ``num_experts`` is not an integer in ``1 .. 2**31``, or ``max_elements`` is invalid.
         """
         self._num_experts = optional_num_experts(num_experts)
+        self._max_elements = optional_max_elements(max_elements)
         self._buf: Array | None = None
         self._rows = 0
+        self._tokens: Array | None = None
+        self._n_tokens = 0
+        self._verified: bool | None = None  # decided by the first add: token ids on every call, or on none
+        self._conflicts = 0
+        self._shared = False  # finalize() handed out the buffer: "replace" must copy before writing into it
 
     @property
     def rows(self) -> int:
@@ -431,96 +760,262 @@ class RouteTrace:
 
     @property
     def dtype(self) -> np.dtype[Any] | None:
-        """The trace's dtype: fixed by ``num_experts``, else the widest turn dtype so far (``None`` before any)."""
+        """The trace's dtype: fixed by ``num_experts``, else the widest call dtype so far (``None`` before any)."""
         if self._num_experts is not None:
             return route_dtype(self._num_experts)
         return None if self._buf is None else self._buf.dtype
 
-    def add(self, routes: Any, *, start: int) -> None:
-        """Record a turn's rows; ``routes[0]`` is trajectory row ``start``.
+    @property
+    def token_ids(self) -> Array | None:
+        """The trajectory's token ids recorded so far (a read-only int64 view), ``None`` when never given."""
+        if self._tokens is None:
+            return None
+        view = self._tokens[: self._n_tokens]
+        view.flags.writeable = False
+        return view
+
+    @property
+    def conflicts(self) -> int:
+        """Overlapping rows that differed from the recorded ones (kept or replaced) since the trace began.
+
+        A routing-drift metric: a re-prefill routed some already-recorded tokens differently. A forked trace
+        starts at 0.
+        """
+        return self._conflicts
+
+    def common_prefix(self, token_ids: Any) -> int:
+        """How many leading tokens of ``token_ids`` agree with the recorded ones.
+
+        With :meth:`fork`, this is "longest matching prefix" branching: ``trace.fork(trace.common_prefix(ids))``
+        is the trace a call with ``ids`` may continue.
+
+        Raises:
+            R3WireError: ``token_ids`` is not a 1-d integer sequence, or the trace has rows but no token ids.
+        """
+        tokens = _as_tokens(token_ids, "token_ids")
+        if self._tokens is None:
+            if self._rows:
+                raise _fail("trace", "token ids recorded (pass token_ids to every add)", "rows without token ids")
+            return 0
+        recorded = self._tokens[: self._n_tokens]
+        first = _first_difference(recorded, tokens)
+        return min(recorded.shape[0], tokens.shape[0]) if first is None else first
+
+    def fork(self, rows: int) -> RouteTrace:
+        """A new trace that shares this one's first ``rows`` tokens and the route rows recorded at them.
+
+        The branch is a copy: adding to either never changes the other. Its :attr:`conflicts` starts at 0.
+
+        Args:
+            rows: the number of leading positions to keep, at most the recorded tokens (or, for a trace without
+                token ids, the recorded rows).
+
+        Raises:
+            R3WireError: ``rows`` is not an integer in that range.
+        """
+        limit = self._n_tokens if self._tokens is not None else self._rows
+        keep = check_int(rows, "rows", minimum=0, maximum=limit, error=R3WireError)
+        branch = RouteTrace.__new__(RouteTrace)
+        branch._num_experts, branch._max_elements = self._num_experts, self._max_elements
+        branch._rows = min(keep, self._rows)
+        branch._buf = None if self._buf is None else self._buf[: branch._rows].copy()
+        branch._n_tokens = keep if self._tokens is not None else 0
+        branch._tokens = None if self._tokens is None else self._tokens[:keep].copy()
+        branch._verified, branch._conflicts, branch._shared = self._verified, 0, False
+        return branch
+
+    def add(
+        self,
+        routes: Any,
+        *,
+        start: int,
+        token_ids: Any = None,
+        on_conflict: Conflict | None = None,
+    ) -> None:
+        """Record an engine call's rows; ``routes[0]`` is trajectory row ``start``.
 
         Args:
             routes: ``[n, layers, top_k]`` ids (any integer dtype, a torch tensor or nested lists); ``layers``
-                and ``top_k`` as in earlier turns.
-            start: the trajectory row the turn's first row is; at most :attr:`rows` (no gap). Rows below
-                :attr:`rows` are the overlap and must equal what is recorded.
+                and ``top_k`` as in earlier calls.
+            start: the trajectory row the call's first row is; at most :attr:`rows` (no gap). Rows below
+                :attr:`rows` are the overlap with what is recorded.
+            token_ids: the call's full token sequence (prompt + completion) from trajectory position 0. Must cover
+                the rows (``start + n <= len(token_ids)``) and agree with every recorded token on their common
+                length; tokens past the recorded ones are recorded.
+            on_conflict: what to do with overlap rows that differ from the recorded ones. ``"keep"`` keeps the
+                recorded rows (the routing that generated those tokens), ``"replace"`` takes the new ones,
+                ``"raise"`` raises. ``None``: ``"keep"`` when ``token_ids`` proved the overlap aligned, else
+                ``"raise"``. Either way :attr:`conflicts` counts the differing rows.
 
         Raises:
             R3WireError: a bad array or shape, a negative id or one ``>= num_experts``, ``start`` past the end of
-                the trace (a gap), or overlapping rows that differ from those recorded (row, layer named). The
-                trace is unchanged when this is raised.
+                the trace (a gap), ``token_ids`` missing on a verifying trace (or given on one that is not), not
+                covering the rows, or differing from the recorded tokens (the first differing position and both
+                tokens are named), the trace exceeding ``max_elements``, or conflicting rows under ``"raise"``
+                (row and layer named). The trace is unchanged when this is raised.
         """
         arr = _as_routes(routes, "routes")
         begin = check_int(start, "start", minimum=0, maximum=MAX_DIM, error=R3WireError)
+        if on_conflict is not None and on_conflict not in _CONFLICT_POLICIES:
+            raise _fail("on_conflict", "'keep', 'replace', 'raise' or None", describe(on_conflict))
+        tokens = None if token_ids is None else _as_tokens(token_ids, "token_ids")
+        if self._verified is not None and (tokens is not None) != self._verified:
+            if self._verified:
+                raise _fail("token_ids", "the call's token ids (this trace verifies every call's tokens)", "None")
+            raise _fail("token_ids", "None (this trace's first add had no token ids)", "token ids")
         buf = self._buf
         if buf is not None and arr.shape[1:] != buf.shape[1:]:
             raise _fail(
                 "routes.shape",
-                f"[rows, {buf.shape[1]}, {buf.shape[2]}] (layers and top_k of earlier turns)",
+                f"[rows, {buf.shape[1]}, {buf.shape[2]}] (layers and top_k of earlier calls)",
                 f"{list(arr.shape)}",
             )
         if begin > self._rows:
             raise _fail(
                 "start",
-                f"<= {self._rows}, the rows recorded so far (a turn must continue the trace without a gap)",
+                f"<= {self._rows}, the rows recorded so far (a call must continue the trace without a gap)",
                 begin,
             )
-        if self._num_experts is not None:
-            dtype = route_dtype(self._num_experts)
-        else:
-            dtype = _native(arr.dtype) if buf is None else _promote(buf.dtype, arr.dtype)
+        end = begin + arr.shape[0]
+        if tokens is not None:
+            self._check_tokens(tokens, begin, end)
+        dtype = self._dtype_with(arr)
         if self._num_experts is not None:
             _check_filler(arr.shape[2], dtype, self._num_experts, "routes.shape[2]")
         _check_range(
             arr, _id_limit(dtype, self._num_experts), "routes", expected=_range_expected(dtype, self._num_experts)
         )
+        new_tokens = 0 if tokens is None else max(tokens.shape[0], self._n_tokens)
+        check_element_count((max(end, self._rows), *arr.shape[1:]), self._max_elements, "trace")
+        check_element_count((new_tokens,), self._max_elements, "token_ids")
         overlap = min(self._rows - begin, arr.shape[0])
+        differing = None
         if buf is not None and overlap > 0:
+            unequal = buf[begin : begin + overlap] != arr[:overlap]
+            # One flat reduction in the common case (the overlap agrees); rows are counted only when some differ
+            # (a multi-axis any() costs several times more).
+            if unequal.any():
+                differing = unequal.reshape(overlap, -1).any(axis=1)
+        policy = on_conflict if on_conflict is not None else ("keep" if tokens is not None else "raise")
+        if differing is not None and policy == "raise":
+            assert buf is not None
             _check_overlap(buf[begin : begin + overlap], arr[:overlap], begin)
-        end = begin + arr.shape[0]
-        if buf is None or end > buf.shape[0] or dtype != buf.dtype:
-            capacity = end
-            if buf is not None:
-                # Doubling keeps many small turns linear overall; a wider dtype copies the recorded rows once.
-                capacity = max(end, 2 * buf.shape[0]) if end > buf.shape[0] else buf.shape[0]
-            grown = np.empty((capacity, *arr.shape[1:]), dtype=dtype)
-            if buf is not None:
-                np.copyto(grown[: self._rows], buf[: self._rows], casting="unsafe")  # recorded ids are non-negative
-            self._buf = buf = grown
+        # Every check passed: from here on the trace changes.
+        buf = self._reserve(end, arr.shape[1:], dtype)
+        if differing is not None:
+            self._conflicts += int(np.count_nonzero(differing))
+            if policy == "replace":
+                if self._shared:
+                    self._buf = buf = buf.copy()
+                    self._shared = False
+                np.copyto(buf[begin : begin + overlap], arr[:overlap], casting="unsafe")  # lossless: checked
         if end > self._rows:
             np.copyto(buf[self._rows : end], arr[overlap:], casting="unsafe")  # lossless: range-checked
             self._rows = end
+        if tokens is not None:
+            self._record_tokens(tokens)
+        self._verified = tokens is not None
 
-    def finalize(self, total_tokens: int) -> tuple[Array, int]:
+    def _check_tokens(self, tokens: Array, begin: int, end: int) -> None:
+        if end > tokens.shape[0]:
+            raise _fail(
+                "routes",
+                f"at most {max(tokens.shape[0] - begin, 0)} rows (start={begin} + rows <= "
+                f"len(token_ids)={tokens.shape[0]}: a row belongs to a token of the call)",
+                f"{end - begin} rows",
+            )
+        if self._tokens is None:
+            return
+        recorded = self._tokens[: self._n_tokens]
+        first = _first_difference(recorded, tokens)
+        if first is not None:
+            raise _fail(
+                f"token_ids[{first}]",
+                f"{int(recorded[first])}, the token recorded at trajectory position {first} (the call's tokens "
+                "must extend the recorded ones; for a branch, fork at common_prefix(token_ids))",
+                int(tokens[first]),
+            )
+
+    def _dtype_with(self, arr: Array) -> np.dtype[Any]:
+        if self._num_experts is not None:
+            return route_dtype(self._num_experts)
+        return _native(arr.dtype) if self._buf is None else _promote(self._buf.dtype, arr.dtype)
+
+    def _reserve(self, end: int, row_shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
+        """The buffer, grown to hold ``end`` rows and converted to ``dtype`` if needed."""
+        buf = self._buf
+        if buf is not None and end <= buf.shape[0] and dtype == buf.dtype:
+            return buf
+        capacity = end
+        if buf is not None:
+            # Doubling keeps many small calls linear overall; a wider dtype copies the recorded rows once.
+            capacity = max(end, 2 * buf.shape[0]) if end > buf.shape[0] else buf.shape[0]
+            if self._max_elements is not None:
+                per_row = math.prod(row_shape)
+                capacity = max(end, min(capacity, self._max_elements // per_row))
+        grown = _allocate((capacity, *row_shape), dtype, "trace")
+        if buf is not None:
+            np.copyto(grown[: self._rows], buf[: self._rows], casting="unsafe")  # recorded ids are non-negative
+        self._buf = grown
+        self._shared = False
+        return grown
+
+    def _record_tokens(self, tokens: Array) -> None:
+        count = tokens.shape[0]
+        if self._tokens is None:
+            self._tokens = np.empty(0, dtype=np.int64)  # recorded, if empty: the trace now verifies tokens
+        if count <= self._n_tokens:
+            return
+        if count > self._tokens.shape[0]:
+            capacity = max(count, 2 * self._tokens.shape[0])
+            if self._max_elements is not None:
+                capacity = max(count, min(capacity, self._max_elements))
+            grown = _allocate((capacity,), np.int64, "token_ids")
+            grown[: self._n_tokens] = self._tokens[: self._n_tokens]
+            self._tokens = grown
+        self._tokens[self._n_tokens : count] = tokens[self._n_tokens :]
+        self._n_tokens = count
+
+    def finalize(self, total_tokens: int | None = None) -> tuple[Array, int]:
         """The trajectory's captured rows and their count, checked against its token count.
 
         The result goes straight into :func:`pad_routes` with ``token_lengths=[total_tokens]``, which places the
-        uncaptured tail (``total_tokens - captured_rows`` rows, at least the last sampled token) under the mask.
+        uncaptured tail (``total_tokens - captured_rows`` rows, at least the last sampled token) under the mask:
+        a row the engine never captured is masked, never filled in.
 
         Args:
-            total_tokens: the trajectory's token count (prompt and all turns' tokens).
+            total_tokens: the trajectory's token count (prompt and all turns' tokens); at least the recorded
+                token ids. Default: the number of recorded token ids (a trace without them needs it).
 
         Returns:
             ``(routes, captured_rows)``: ``routes`` ``[captured_rows, layers, top_k]``, trajectory rows
             ``0 .. captured_rows - 1`` in order, in the trace's dtype. It is the trace's own buffer trimmed to
-            size (copied only if the buffer had spare capacity); the trace never rewrites a recorded row, so
-            later turns leave it unchanged.
+            size (copied only if the buffer had spare capacity); later calls never change it (a ``"replace"``
+            copies the buffer first).
 
         Raises:
-            R3WireError: nothing was added (the shape is unknown), or ``total_tokens`` is smaller than the rows.
+            R3WireError: nothing was added (the shape is unknown), ``total_tokens`` is missing on a trace without
+                token ids, or is smaller than the rows or the recorded token ids.
         """
-        tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=MAX_DIM, error=R3WireError)
+        if total_tokens is None:
+            if self._tokens is None:
+                raise _fail("total_tokens", "given (this trace recorded no token ids)", "None")
+            tokens = self._n_tokens
+        else:
+            tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=MAX_DIM, error=R3WireError)
         if self._buf is None:
             raise _fail("trace", "at least one add() before finalize() (layers and top_k are unknown)", "none")
-        if tokens < self._rows:
+        if tokens < max(self._rows, self._n_tokens):
             raise _fail(
                 "total_tokens",
-                f">= the {self._rows} rows recorded (rows may be fewer than tokens, never more)",
+                f">= the {self._rows} rows and {self._n_tokens} token ids recorded (rows may be fewer than "
+                "tokens, never more)",
                 tokens,
             )
         if self._buf.shape[0] != self._rows:
             # Trim so a finalized trajectory does not hold up to twice its size in spare capacity.
             self._buf = self._buf[: self._rows].copy()
+        self._shared = True
         return self._buf, self._rows
 
 
@@ -531,6 +1026,6 @@ def _check_overlap(recorded: Array, new: Array, begin: int) -> None:
         raise _fail(
             f"routes[row {row}, layer {layer}]",
             f"{describe(recorded[row, layer].tolist())}, the ids already recorded for trajectory row "
-            f"{begin + row} (a turn's overlap with earlier turns must agree)",
+            f"{begin + row} (a call's overlap with earlier calls must agree, or pass on_conflict)",
             describe(new[row, layer].tolist()),
         )

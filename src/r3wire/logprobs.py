@@ -168,15 +168,23 @@ def _warn_clamped(num_clamped: int, total: int, floor: float, request_id: str | 
     )
 
 
-def clamp_logprobs(values: Any, *, floor: float = LOGPROB_FLOOR, request_id: str | None = None) -> ClampResult:
+def _default_floor(dtype: np.dtype[Any]) -> float:
+    """The value of ``dtype`` nearest :data:`LOGPROB_FLOOR` (-9999.0): exact in float32 and float64, -10000.0 in
+    float16 (whose neighbours there are 8 apart), so the default floor works for every float dtype."""
+    return float(np.asarray(LOGPROB_FLOOR, dtype=dtype))
+
+
+def clamp_logprobs(values: Any, *, floor: float | None = None, request_id: str | None = None) -> ClampResult:
     """Replace every non-finite or missing logprob with ``floor``; keep every finite value bit for bit.
 
     Args:
         values: a sequence of ``float | None`` (ints are accepted when exactly representable), or a float16,
             float32 or float64 NumPy array or torch tensor of any shape. Never modified.
-        floor: the replacement, finite and exactly representable in the output dtype (the default -9999.0 is
-            not exact in float16, which needs e.g. ``floor=-10000.0``). Checked on every call, even when
-            nothing needs clamping, so a bad floor fails at the first call rather than on a rare bad token.
+        floor: the replacement. Default: the output dtype's value nearest -9999.0 (:data:`LOGPROB_FLOOR`),
+            which is -9999.0 in float32 and float64 and -10000.0 in float16 (-9999.0 is not a float16 value).
+            An explicit floor must be finite and exactly representable in the output dtype; it is checked on
+            every call, even when nothing needs clamping, so a bad floor fails at the first call rather than on
+            a rare bad token.
         request_id: the request these logprobs belong to. When given and something was clamped, one warning
             naming it, the count and the total goes to the ``r3wire`` logger. Without it nothing is logged:
             the count is the return value, and the caller decides what to do with it.
@@ -194,7 +202,7 @@ def clamp_logprobs(values: Any, *, floor: float = LOGPROB_FLOOR, request_id: str
     """
     request_id = check_request_id(request_id)
     array, fresh = as_float_array(values)
-    floor = check_floor(floor, array.dtype)
+    floor = _default_floor(array.dtype) if floor is None else check_floor(floor, array.dtype)
     result = _clamp(array, fresh=fresh, floor=floor)
     if result.num_clamped and request_id is not None:
         _warn_clamped(result.num_clamped, array.size, floor, request_id)

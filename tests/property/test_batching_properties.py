@@ -5,15 +5,29 @@ Also the library's promise for bad input: any batch either pads/packs/assembles 
 
 from __future__ import annotations
 
+import base64
+import math
+import tracemalloc
 from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given
+from _fuzzing import JSON_VALUES, decoded_or_none
+from hypothesis import assume, given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from r3wire import R3WireError, RouteTrace, pack_routes, pad_routes, route_dtype, unpack_routes
+from r3wire import (
+    R3WireError,
+    RouteTrace,
+    decode_routes,
+    pack_routes,
+    pad_routes,
+    pad_sequences,
+    route_dtype,
+    unpack_routes,
+    validate_routes,
+)
 
 pytestmark = pytest.mark.property
 
@@ -25,7 +39,7 @@ SOURCE_DTYPES = ["u1", "i1", "<u2", ">u2", "<i2", ">i2", "<i4", ">i4", "<u4", "<
 def batches(draw: st.DrawFn, *, max_id: int | None = None) -> list[Array]:
     """Ragged samples sharing [layers, top_k], each of its own dtype, memory order and id range."""
     count = draw(st.integers(0, 5))
-    layers = draw(st.integers(0, 3))
+    layers = draw(st.integers(1, 3))
     top_k = draw(st.integers(1, 4 if max_id is None else min(4, max_id + 1)))
     samples = []
     for _ in range(count):
@@ -189,3 +203,303 @@ def test_bad_batches_raise_only_r3wire_errors(samples: list[Any], num_experts: i
         except R3WireError as exc:
             messages.append(str(exc))
     assert all(" must be " in message for message in messages)
+
+
+# --- multi-turn trajectories against a reference assembler (issue 13) -------------------------------------------
+
+LAYERS_TOP_K = st.tuples(st.integers(1, 2), st.integers(1, 3))
+EXPERTS = 8
+TOKENS = st.integers(0, 3)  # a small alphabet, so a branch often shares a prefix with its parent
+
+
+class _Reference:
+    """The obvious assembler: Python lists, one row and one token at a time, the documented rules spelled out."""
+
+    def __init__(self) -> None:
+        self.rows: list[list[int]] = []
+        self.tokens: list[int] = []
+        self.conflicts = 0
+        self.added = False
+
+    def add(self, routes: Array, start: int, tokens: list[int], policy: str | None) -> None:
+        assert start <= len(self.rows)
+        assert start + routes.shape[0] <= len(tokens)
+        assert tokens[: len(self.tokens)] == self.tokens[: len(tokens)]
+        for offset, row in enumerate(routes):
+            position, values = start + offset, _exact(row)
+            if position < len(self.rows):
+                if self.rows[position] != values:
+                    self.conflicts += 1
+                    if policy == "replace":
+                        self.rows[position] = values
+            else:
+                self.rows.append(values)
+        self.tokens = tokens if len(tokens) > len(self.tokens) else self.tokens
+        self.added = True
+
+    def fork(self, keep: int) -> _Reference:
+        branch = _Reference()
+        branch.rows = [list(row) for row in self.rows[:keep]]
+        branch.tokens = self.tokens[:keep]
+        branch.added = self.added
+        return branch
+
+
+def _assert_same(trace: RouteTrace, reference: _Reference, row_shape: tuple[int, int]) -> None:
+    assert trace.rows == len(reference.rows)
+    assert trace.conflicts == reference.conflicts
+    recorded = trace.token_ids
+    assert (recorded.tolist() if recorded is not None else []) == reference.tokens
+    if reference.added:
+        routes, captured = trace.finalize()
+        assert captured == len(reference.rows)
+        assert routes.shape == (captured, *row_shape)
+        assert [_exact(row) for row in routes] == reference.rows
+
+
+def _call_routes(data: st.DataObject, reference: _Reference, start: int, end: int, row_shape: tuple[int, int]) -> Array:
+    """Rows ``start .. end - 1`` of an engine call: new rows random, overlap rows equal or re-routed (drift)."""
+    rows = []
+    for position in range(start, end):
+        if position < len(reference.rows) and data.draw(st.integers(0, 3)) > 0:
+            rows.append(np.array(reference.rows[position]).reshape(row_shape))
+        else:
+            rows.append(data.draw(hnp.arrays(np.int64, row_shape, elements=st.integers(0, EXPERTS - 1))))
+    return np.array(rows, dtype=np.int64).reshape(end - start, *row_shape)
+
+
+def _refused(
+    trace: RouteTrace,
+    reference: _Reference,
+    *,
+    routes: Array,
+    start: int,
+    tokens: list[int],
+    row_shape: tuple[int, int],
+) -> str:
+    """The field of the error ``trace.add`` raises for this call; the trace is left as it was."""
+    with pytest.raises(R3WireError) as info:
+        trace.add(routes, start=start, token_ids=tokens)
+    _assert_same(trace, reference, row_shape)
+    assert info.value.field is not None
+    return info.value.field
+
+
+@given(LAYERS_TOP_K, st.data())
+def test_random_multi_turn_trajectories_stitch_like_the_reference(
+    row_shape: tuple[int, int], data: st.DataObject
+) -> None:
+    trace, reference = RouteTrace(num_experts=EXPERTS), _Reference()
+    for _ in range(data.draw(st.integers(1, 10), label="calls")):
+        op = data.draw(st.sampled_from(["call", "call", "call", "fork", "mismatch", "gap", "overflow"]))
+        if op == "call":
+            # The call's tokens agree with the recorded ones on their common length: a longer conversation, or a
+            # re-scored prefix of it.
+            shared = data.draw(st.integers(0, len(reference.tokens)))
+            tokens = reference.tokens[:shared]
+            if shared == len(reference.tokens):
+                tokens = tokens + data.draw(st.lists(TOKENS, max_size=6))
+            start = data.draw(st.integers(0, min(len(reference.rows), len(tokens))))
+            end = data.draw(st.integers(start, len(tokens)))
+            routes = _call_routes(data, reference, start, end, row_shape)
+            policy = data.draw(st.sampled_from([None, "keep", "replace"]))
+            trace.add(routes, start=start, token_ids=tokens, on_conflict=policy)  # type: ignore[arg-type]
+            reference.add(routes, start, tokens, policy)
+        elif op == "fork":
+            # "Longest matching prefix" branching: a new continuation forks at its common prefix.
+            candidate = reference.tokens[: data.draw(st.integers(0, len(reference.tokens)))]
+            candidate = candidate + data.draw(st.lists(TOKENS, max_size=4))
+            keep = trace.common_prefix(candidate)
+            expected_keep = next(
+                (i for i, (a, b) in enumerate(zip(reference.tokens, candidate, strict=False)) if a != b),
+                min(len(reference.tokens), len(candidate)),
+            )
+            assert keep == expected_keep
+            parent, parent_reference = trace, reference
+            trace, reference = trace.fork(keep), reference.fork(keep)
+            _assert_same(parent, parent_reference, row_shape)
+        elif op == "mismatch" and reference.tokens:
+            position = data.draw(st.integers(0, len(reference.tokens) - 1))
+            tokens = list(reference.tokens)
+            tokens[position] += 1
+            start = data.draw(st.integers(0, min(len(reference.rows), len(tokens))))
+            routes = _call_routes(data, reference, start, len(tokens), row_shape)
+            field = _refused(trace, reference, routes=routes, start=start, tokens=tokens, row_shape=row_shape)
+            assert field == f"token_ids[{position}]"
+        elif op == "gap":
+            start = len(reference.rows) + data.draw(st.integers(1, 3))
+            tokens = reference.tokens + data.draw(st.lists(TOKENS, min_size=start + 1, max_size=start + 1))
+            routes = np.zeros((1, *row_shape), dtype=np.uint8)
+            assert _refused(trace, reference, routes=routes, start=start, tokens=tokens, row_shape=row_shape) == "start"
+        elif op == "overflow":
+            # More rows than the call's tokens: a row without a token.
+            start = data.draw(st.integers(0, len(reference.rows)))
+            tokens = reference.tokens + [0] * max(0, start - len(reference.tokens))
+            routes = np.zeros((len(tokens) - start + 1, *row_shape), dtype=np.uint8)
+            assert (
+                _refused(trace, reference, routes=routes, start=start, tokens=tokens, row_shape=row_shape) == "routes"
+            )
+        _assert_same(trace, reference, row_shape)
+
+
+@given(LAYERS_TOP_K, st.data())
+def test_drift_without_token_proof_raises_unless_a_policy_is_given(
+    row_shape: tuple[int, int], data: st.DataObject
+) -> None:
+    rows = data.draw(st.integers(1, 8))
+    full = data.draw(hnp.arrays(np.uint8, (rows, *row_shape), elements=st.integers(0, EXPERTS - 1)))
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add(full, start=0)
+    row = data.draw(st.integers(0, rows - 1))
+    drifted = full.copy()
+    drifted[row, 0, 0] = (int(drifted[row, 0, 0]) + 1) % EXPERTS
+    with pytest.raises(R3WireError):
+        trace.add(drifted, start=0)
+    assert trace.conflicts == 0
+    trace.add(drifted, start=0, on_conflict="replace")
+    assert trace.conflicts == 1
+    assert _exact(trace.finalize(rows)[0]) == _exact(drifted)
+
+
+# --- balanced padding and pad_sequences (issue 13.4, 13.5) ------------------------------------------------------
+
+
+@st.composite
+def padded_batches(draw: st.DrawFn) -> tuple[list[Array], list[int], int, int | None, Any]:
+    """Samples of one [layers, top_k] with ids below num_experts, token lengths, num_experts, max_len, side."""
+    num_experts = draw(st.sampled_from([1, 2, 3, 7, 8, 16, 160, 384, 70000]))
+    layers, top_k = draw(st.integers(1, 3)), draw(st.integers(1, min(4, num_experts)))
+    samples, lengths = [], []
+    for _ in range(draw(st.integers(0, 6))):
+        rows = draw(st.integers(0, 9))
+        samples.append(draw(hnp.arrays(np.int32, (rows, layers, top_k), elements=st.integers(0, num_experts - 1))))
+        lengths.append(rows + draw(st.integers(0, 4)))
+    longest = max(lengths, default=0)
+    max_len = draw(st.one_of(st.none(), st.integers(longest, longest + 5)))
+    return samples, lengths, num_experts, max_len, draw(st.sampled_from(["left", "right"]))
+
+
+@given(padded_batches())
+def test_balanced_padding_gives_every_expert_the_same_share_within_one(
+    case: tuple[list[Array], list[int], int, int | None, Any],
+) -> None:
+    samples, lengths, num_experts, max_len, side = case
+    kwargs: dict[str, Any] = {"token_lengths": lengths, "num_experts": num_experts, "max_len": max_len, "side": side}
+    padded, mask = pad_routes(samples, fill="balanced", **kwargs)
+    plain, plain_mask = pad_routes(samples, **kwargs)
+    assert np.array_equal(mask, plain_mask)
+    assert np.array_equal(padded[~mask], plain[~mask])
+    filler = padded[mask]
+    if filler.size == 0:
+        return
+    assert int(filler.max()) < num_experts
+    ordered = np.sort(filler, axis=-1)
+    assert (ordered[..., 1:] != ordered[..., :-1]).all()
+    for layer in range(filler.shape[1]):
+        counts = np.bincount(filler[:, layer].ravel(), minlength=num_experts)
+        assert int(counts.max()) - int(counts.min()) <= 1
+
+
+@given(padded_batches(), st.data())
+def test_pad_sequences_and_pad_routes_agree_cell_for_cell(
+    case: tuple[list[Array], list[int], int, int | None, Any], data: st.DataObject
+) -> None:
+    samples, lengths, num_experts, max_len, side = case
+    padded, mask = pad_routes(samples, token_lengths=lengths, num_experts=num_experts, max_len=max_len, side=side)
+    # Token ids (one per position) and per-row payloads ([rows, 2] floats) through the same layout.
+    ids = [np.arange(1000 * i, 1000 * i + n, dtype=np.int64) for i, n in enumerate(lengths)]
+    token_grid, token_mask = pad_sequences(ids, max_len=max_len, side=side, fill=-1)
+    row_values = [np.stack([np.arange(s.shape[0]), -np.arange(s.shape[0])], axis=1).astype(np.float32) for s in samples]
+    value_grid, value_mask = pad_sequences(
+        row_values,
+        token_lengths=lengths,
+        max_len=max_len,
+        side=side,
+        fill=np.nan,
+    )
+    assert np.array_equal(value_mask, mask)
+    assert token_grid.shape == mask.shape
+    for i, sample in enumerate(samples):
+        for cell in np.flatnonzero(~mask[i]):
+            row = int(value_grid[i, cell, 0])
+            assert _exact(padded[i, cell]) == _exact(sample[row])
+            assert token_grid[i, cell] == ids[i][row]  # routes row r sits with token r
+        assert np.isnan(value_grid[i][mask[i]]).all()
+        assert int((~token_mask[i]).sum()) == lengths[i]
+    # Values that start later (completion logprobs) land at their offset inside the same trajectory cells.
+    offsets = [data.draw(st.integers(0, n)) for n in lengths]
+    tail = [np.full(n - o, 0.5, dtype=np.float32) for n, o in zip(lengths, offsets, strict=True)]
+    tail_grid, tail_mask = pad_sequences(tail, token_lengths=lengths, offsets=offsets, max_len=max_len, side=side)
+    for i, (n, o) in enumerate(zip(lengths, offsets, strict=True)):
+        cells = np.flatnonzero(~token_mask[i])  # the trajectory's positions, in order
+        assert np.flatnonzero(~tail_mask[i]).tolist() == cells[o:n].tolist()
+        assert (tail_grid[i, cells[o:n]] == 0.5).all()
+
+
+# --- decoded payloads fed into the batching helpers (issue 11.7) ------------------------------------------------
+
+LIMIT = 2**16  # max_elements where a caller's token length adds rows beyond the payload's
+HUGE_DIMS = st.sampled_from([0, 1, 2, 3, 2**20, 2**30, 2**40, 2**60])
+
+
+@given(st.lists(HUGE_DIMS, min_size=3, max_size=3), st.binary(max_size=64), st.integers(1, 8))
+def test_decoded_payloads_batch_or_raise_without_a_huge_allocation(shape: list[int], noise: bytes, copies: int) -> None:
+    # Shapes NumPy itself cannot describe make today's decoders leak ValueError (issue 11.1, fixed at the shared
+    # shape check); this property is about what batching does with a payload that decoded.
+    assume(math.prod(dim for dim in shape if dim) < 2**62)
+    count = math.prod(shape)
+    data = (noise * (count // max(len(noise), 1) + 1))[:count] if count <= 64 and noise else b""
+    payload = {"data": base64.b64encode(data).decode(), "shape": shape, "dtype": "uint8"}
+    decoded = decoded_or_none(lambda: decode_routes(payload))
+    if decoded is None:
+        return
+    builds: list[Any] = [
+        lambda: pad_routes([decoded] * copies),
+        lambda: pad_routes(
+            [decoded] * copies, token_lengths=[decoded.shape[0] + 1] * copies, side="right", max_elements=LIMIT
+        ),
+        lambda: pack_routes([decoded] * copies),
+        lambda: validate_routes([decoded] * copies),
+        lambda: RouteTrace().add(decoded, start=0),
+        lambda: pad_sequences([decoded] * copies),
+        lambda: pad_sequences([decoded.reshape(decoded.shape[0], decoded.shape[1] * decoded.shape[2])] * copies),
+    ]
+    for build in builds:
+        message = None
+        tracemalloc.start()
+        try:
+            try:
+                build()
+            except R3WireError as exc:
+                message = str(exc)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert message is None or " must be " in message
+        assert peak < (1 << 20) + 4 * copies * count + 3 * LIMIT
+
+
+@given(JSON_VALUES, JSON_VALUES, JSON_VALUES, st.sampled_from(["token_ids", "on_conflict", "start"]))
+def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, third: Any, which: str) -> None:
+    """Anything JSON can carry, as token ids, offsets, lengths, fill or a policy: accepted or R3WireError."""
+    trace = RouteTrace(num_experts=EXPERTS)
+    routes = np.zeros((1, 1, 1), dtype=np.uint8)
+    kwargs: dict[str, Any] = {"start": 0, "token_ids": [5, 6]}
+    kwargs[which] = first
+    calls: list[Any] = [
+        lambda: trace.add(routes, **kwargs),
+        lambda: trace.common_prefix(first),
+        lambda: trace.fork(first),
+        lambda: pad_sequences([np.zeros(2)], offsets=first, token_lengths=second, fill=third),
+        lambda: pad_sequences(first, max_len=second),
+        lambda: pad_routes([routes], token_lengths=first, max_len=second, fill=third),
+        lambda: pack_routes([routes], max_elements=first),
+        lambda: RouteTrace(max_elements=first),
+    ]
+    for call in calls:
+        message = None
+        try:
+            call()
+        except R3WireError as exc:
+            message = str(exc)
+        assert message is None or " must be " in message
