@@ -30,6 +30,7 @@ from r3wire.schema import (
 )
 
 __all__ = [
+    "ROUTES_MIN_DIMS",
     "ROUTES_NDIM",
     "RoutesToWrite",
     "check_bits",
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 ROUTES_NDIM: Final = 3
+# [rows, layers, top_k]: no rows is a valid (empty) answer; no layer or no slot is no routing at all.
+ROUTES_MIN_DIMS: Final = (0, 1, 1)
 
 
 def first_index(mask: np.ndarray[Any, Any]) -> list[int]:
