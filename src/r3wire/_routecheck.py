@@ -91,6 +91,10 @@ def prepare_routes(routes: Any, *, num_experts: int | None, pack_bits: bool) -> 
         raise EncodeError.make("routes.dtype", "an integer dtype", str(arr.dtype), raw=True)
     if arr.ndim != ROUTES_NDIM:
         raise EncodeError.make("routes", "a 3-d array [rows, layers, top_k]", f"shape {list(arr.shape)}", raw=True)
+    if not arr.shape[1] or not arr.shape[2]:  # ROUTES_MIN_DIMS: the decoder refuses these
+        raise EncodeError.make(
+            "routes", "a 3-d array [rows, layers >= 1, top_k >= 1]", f"shape {list(arr.shape)}", raw=True
+        )
     n_experts = optional_num_experts(num_experts, EncodeError)
     if not isinstance(pack_bits, (bool, np.bool_)):
         raise EncodeError.make("pack_bits", "a bool", pack_bits)

@@ -148,8 +148,8 @@ class Schema:
         version = int(version)
         if version not in supported:
             raise UnsupportedVersionError(
-                f"{KEY_VERSION} {describe(version)} of schema {name!r} is not supported by this release of r3wire, which "
-                f"reads versions {list(supported)}; upgrade r3wire to read newer payloads",
+                f"{KEY_VERSION} {describe(version)} of schema {name!r} is not supported by this release of r3wire, "
+                f"which reads versions {list(supported)}; upgrade r3wire to read newer payloads",
                 field=KEY_VERSION,
                 version=version,
                 supported=supported,
