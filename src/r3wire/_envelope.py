@@ -229,7 +229,7 @@ def check_header(
 
 
 def _check_text_length(data: object, nbytes: int) -> None:
-    if isinstance(data, memoryview) and not (data.c_contiguous and data.itemsize == 1):
+    if isinstance(data, memoryview) and not (data.c_contiguous and data.itemsize == 1 and data.ndim == 1):
         raise DecodeError.make(KEY_DATA, "a base64 string", f"a memoryview of format {data.format!r}", raw=True)
     if not isinstance(data, (str, bytes, bytearray, memoryview)):
         raise DecodeError.make(KEY_DATA, "a base64 string", type(data).__name__, raw=True)

@@ -39,7 +39,7 @@ MAX_EXTENT: Final = MAX_DIM // 8
 DEFAULT_MAX_ELEMENTS: Final = 1 << 30
 """The element limit every decoder applies when the caller passes ``max_elements=None``: 2**30 elements.
 
-It holds the largest real trajectory with room to spare (1M tokens x 94 layers x top-8 is 0.77 x 2**30; 1M x 64
+It holds the largest real trajectory with room to spare (1M tokens x 94 layers x top-8 is 0.70 x 2**30; 1M x 64
 layers x top-8 = 2**29), and a decoder never allocates more than this many elements (4 GiB of int32 routes,
 8 GiB of float64) for one array, whatever a few bytes of header claim. Pass a larger ``max_elements`` to raise it.
 """
@@ -168,7 +168,7 @@ def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
     """
     if isinstance(payload, Mapping):
         return payload
-    if isinstance(payload, memoryview) and not (payload.c_contiguous and payload.itemsize == 1):
+    if isinstance(payload, memoryview) and not (payload.c_contiguous and payload.itemsize == 1 and payload.ndim == 1):
         raise DecodeError.make(
             None, f"JSON text of an object ({what})", f"a memoryview of format {payload.format!r}", raw=True
         )
