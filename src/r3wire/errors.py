@@ -19,6 +19,7 @@ __all__ = [
 # Payloads are megabytes of base64; an error message must never echo one back in full.
 _MAX_GOT = 300  # characters of ``got`` shown at most, whatever built it
 _MAX_INT_BITS = 256  # a larger int is described by its size: repr of one over 4,300 digits raises ValueError
+_MAX_BYTES = 24  # bytes shown at most: each may take 4 characters (\x00)
 
 
 class _BoundedRepr(reprlib.Repr):
@@ -30,10 +31,10 @@ class _BoundedRepr(reprlib.Repr):
         return super().repr_int(x, level)
 
     def repr_bytes(self, x: bytes, level: int) -> str:
-        return _bounded_bytes(x, self.maxstring)
+        return _bounded_bytes(x, _MAX_BYTES)
 
     def repr_bytearray(self, x: bytearray, level: int) -> str:
-        return f"bytearray({_bounded_bytes(x, self.maxstring)})"
+        return f"bytearray({_bounded_bytes(x, _MAX_BYTES)})"
 
     def repr_memoryview(self, x: memoryview, level: int) -> str:
         return f"<memoryview of {x.nbytes} bytes>"
