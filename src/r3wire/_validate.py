@@ -6,6 +6,7 @@ Each check raises the caller's error class with a message of one shape: ``<field
 from __future__ import annotations
 
 import math
+import operator
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeGuard
@@ -113,10 +114,14 @@ def check_shape(
         )
     if len(value) > MAX_NDIM:
         raise error.make(field, f"at most {MAX_NDIM} dimensions", f"{len(value)}", raw=True)
-    shape = tuple(
-        check_int(dim, f"{field}[{i}]", minimum=minimums[i] if i < len(minimums) else 0, maximum=MAX_DIM, error=error)
-        for i, dim in enumerate(value)
-    )
+    shape = tuple(value)
+    # Fast path for the common case (plain ints, in range); anything else goes through check_int for its error.
+    if not all(type(dim) is int and 0 <= dim <= MAX_DIM for dim in shape) or any(map(operator.gt, minimums, shape)):
+        lows = [*minimums, *[0] * (len(shape) - len(minimums))]
+        shape = tuple(
+            check_int(dim, f"{field}[{i}]", minimum=lows[i], maximum=MAX_DIM, error=error)
+            for i, dim in enumerate(value)
+        )
     if extent(shape) > MAX_EXTENT:
         raise error.make(
             field,
@@ -130,7 +135,8 @@ def check_shape(
 def extent(shape: Sequence[int]) -> int:
     """The product of the non-zero dimensions of ``shape``: its element count, or for an empty array the count
     it would have without its zero dimensions. Limits apply to this, so a zero cannot hide a huge dimension."""
-    return math.prod(dim for dim in shape if dim)
+    count = math.prod(shape)
+    return count if count else math.prod(dim for dim in shape if dim)
 
 
 def check_element_count(shape: Sequence[int], max_elements: int | None, field: str = "shape") -> int:
@@ -197,12 +203,22 @@ _COLON_STR: Final = re.compile(r"[ \t\n\r]*:")
 _COLON_BYTES: Final = re.compile(rb"[ \t\n\r]*:")
 
 
+_COUNT_COLONS_BELOW: Final = 1 << 14
+
+
 def _repeated_member(text: str | bytes | bytearray, parsed: Mapping[str, Any]) -> str | None:
     """The first member name of the top-level object of ``text`` (valid JSON) that appears twice, or None.
 
     Only the top level is scanned: an envelope's members hold no objects. Linear in the text; a string (the
     megabytes of base64) is skipped by ``find`` (memchr), not character by character: 0.1 ms for 4 MB.
     """
+    # Every member name is followed by a colon outside any string, so if the text holds no more colons than the
+    # object has distinct members, no name can repeat. Counting is one C loop: for a small envelope it saves
+    # the token scan (about 10 us, as much as the rest of the decode); for a large one the scan is cheaper.
+    if len(text) <= _COUNT_COLONS_BELOW:
+        colons = text.count(":") if isinstance(text, str) else text.count(b":")
+        if colons <= len(parsed):
+            return None
     names = _str_member_names(text) if isinstance(text, str) else _bytes_member_names(text)
     if len(names) == len(parsed):
         return None

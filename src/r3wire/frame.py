@@ -142,10 +142,11 @@ def decode_routes_frame(
     if reserved:
         raise DecodeError.make("reserved", "0", reserved)
     # From here on, the frame is read exactly as an envelope is: the same rules, the same order, the same errors.
+    data = raw[FRAME_HEADER_SIZE:]
     header = check_header(
         dtype=dtype,
         shape=(rows, layers, top_k),
-        data=raw[FRAME_HEADER_SIZE:],
+        data=data,
         dtypes=ROUTE_DTYPES,
         ndim=ROUTES_NDIM,
         max_elements=max_elements,
@@ -155,10 +156,10 @@ def decode_routes_frame(
         expected_experts=expected_experts,
         raw=True,
     )
-    data = raw[FRAME_HEADER_SIZE:]
     wire_dtype = WIRE_DTYPES[dtype]
     if header.bits is not None:
-        routes = bitpack.unpack_bits(data, header.count, header.bits, wire_dtype, field=KEY_DATA).reshape(header.shape)
+        ids = bitpack.unpack_bits(data, header.elements, header.bits, wire_dtype, field=KEY_DATA)
+        routes = ids.reshape(header.shape)
     else:
         routes = data.view(wire_dtype).reshape(header.shape)
         if copy or not routes.flags.aligned or not routes.dtype.isnative:
