@@ -135,7 +135,7 @@ def test_duplicate_members_are_refused_in_every_text_type(kind: Any) -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        '{"a": {"b": 1, "b": 2}, "c": 1}',  # nested duplicates are not the envelope's
+        '{"a": {"b": 1, "c": 2}, "c": 1}',  # one name in two objects
         '{"a": "x\\"y", "b": "\\\\", "c": "{\\"a\\": 1}"}',  # escapes, brackets and quotes inside strings
         ' {\n "a" : [ "a" , { "a" : 1 } ] ,\t"b":"}"}\r\n',
         '{"a": [[[], {}], [{"a": {"a": 1}}]], "b": 1}',
@@ -144,6 +144,27 @@ def test_duplicate_members_are_refused_in_every_text_type(kind: Any) -> None:
 def test_no_false_duplicates(text: str) -> None:
     assert set(load_object(text)) <= {"a", "b", "c"}
     assert set(load_object(text.encode())) <= {"a", "b", "c"}
+
+
+@pytest.mark.parametrize(
+    ("text", "name"),
+    [
+        ('{"a": {"b": 1, "b": 2}, "c": 1}', "b"),  # a nested object (an envelope inside a completion)
+        ('{"a": [{"b": 1}, {"b": 1, "c": ":", "c": 2}]}', "c"),  # colons in strings: the scan decides
+        ('{"a": "\\u003a", "b": 1, "b": 2}', "b"),  # an escaped colon defeats counting: the scan decides
+    ],
+)
+def test_duplicates_are_refused_at_any_depth(text: str, name: str) -> None:
+    for payload in (text, text.encode()):
+        with pytest.raises(DecodeError, match=f"member '{name}' twice"):
+            load_object(payload)
+
+
+def test_many_small_objects_are_checked_past_the_scan_budget() -> None:
+    entries = ", ".join('{"logprob": -0.5}' for _ in range(5000))
+    assert len(load_object(f'{{"content": [{entries}]}}')["content"]) == 5000
+    with pytest.raises(DecodeError, match="member 'logprob' twice"):
+        load_object(f'{{"content": [{entries}, {{"logprob": -1.0, "logprob": -2.0}}]}}')
 
 
 def test_duplicates_found_after_escapes() -> None:
