@@ -36,8 +36,8 @@ MAX_NDIM: Final = 32
 MAX_DIM: Final = (1 << 63) - 1
 # The product of a shape's non-zero dimensions, times the widest element (8 bytes), must fit a signed 64-bit
 # integer: NumPy refuses even an empty array beyond that ("array is too big"), and so would any reader in C.
-MAX_EXTENT: Final = MAX_DIM // 8
-DEFAULT_MAX_ELEMENTS: Final = 1 << 30
+MAX_EXTENT: Final[int] = MAX_DIM // 8
+DEFAULT_MAX_ELEMENTS: Final[int] = 1 << 30
 """The element limit every decoder applies when the caller passes ``max_elements=None``: 2**30 elements.
 
 It holds the largest real trajectory with room to spare (1M tokens x 94 layers x top-8 is 0.70 x 2**30; 1M x 64
@@ -166,8 +166,8 @@ def check_element_count(shape: Sequence[int], max_elements: int | None, field: s
 def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
     """Return ``payload`` as a JSON object: a mapping as is, or JSON text (``str`` or bytes-like) parsed.
 
-    Text whose object names a member twice is refused: JSON parsers disagree on which value wins (orjson and
-    Python keep the last, others the first), so two readers of one payload could decode different arrays.
+    Text in which any object names a member twice is refused: JSON parsers disagree on which value wins (orjson
+    and Python keep the last, others the first), so two readers of one payload could decode different arrays.
 
     Raises:
         DecodeError: the text is not valid JSON, not an object, or names a member twice.

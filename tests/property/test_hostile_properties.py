@@ -37,6 +37,7 @@ from r3wire import (
     encode_routes,
     encode_routes_frame,
 )
+from r3wire._validate import load_object
 from r3wire.errors import describe
 
 pytestmark = pytest.mark.property
@@ -283,3 +284,55 @@ def test_describe_never_raises_and_is_bounded(value: object, field: str, raw: bo
     assert len(shown) <= 300
     error = R3WireError.make(field, "something", value if not raw else shown, raw=raw)
     assert len(str(error)) <= 400 + len(field)
+
+
+# --- duplicate member names, against the standard library as an oracle --------------------------------------
+
+KEYS = st.text(alphabet=st.sampled_from('ab:"\\{}[] \u00e9\u2028'), max_size=3)
+LEAVES = st.one_of(
+    st.none(), st.booleans(), st.integers(-(2**63), 2**63), st.text(alphabet=':"\\{}[],a\u00e9', max_size=6)
+)
+TREES = st.recursive(
+    LEAVES,
+    lambda children: (
+        st.lists(children, max_size=4).map(lambda items: ("list", items))
+        | st.lists(st.tuples(KEYS, children), max_size=4).map(lambda pairs: ("object", pairs))
+    ),
+    max_leaves=25,
+)
+
+
+def _write(tree: Any, ascii_only: bool) -> str:
+    """JSON text of ``tree``, whose objects are lists of pairs and so may name a member twice."""
+    if isinstance(tree, tuple) and tree[0] == "list":
+        return "[" + ", ".join(_write(item, ascii_only) for item in tree[1]) + "]"
+    if isinstance(tree, tuple):
+        return (
+            "{"
+            + ",".join(f"{json.dumps(k, ensure_ascii=ascii_only)}:{_write(v, ascii_only)}" for k, v in tree[1])
+            + "}"
+        )
+    return json.dumps(tree, ensure_ascii=ascii_only)
+
+
+def _has_duplicate(text: str) -> bool:
+    found = False
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal found
+        found = found or len({k for k, _ in items}) != len(items)
+        return dict(items)
+
+    json.loads(text, object_pairs_hook=pairs)
+    return found
+
+
+@given(st.lists(st.tuples(KEYS, TREES), max_size=5), st.booleans(), st.booleans())
+def test_duplicates_are_found_exactly(pairs: list[tuple[str, Any]], ascii_only: bool, as_bytes: bool) -> None:
+    text = _write(("object", pairs), ascii_only)
+    payload: str | bytes = text.encode() if as_bytes else text
+    if _has_duplicate(text):
+        with pytest.raises(DecodeError, match="twice"):
+            load_object(payload)
+    else:
+        load_object(payload)
