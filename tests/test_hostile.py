@@ -260,3 +260,10 @@ def test_a_late_negative_id_is_named_before_an_early_out_of_range_one() -> None:
     with pytest.raises(DecodeError) as info:
         decode_routes(envelope, num_experts=4)
     assert info.value.field == "data[0, 0, 1]"
+
+
+@pytest.mark.parametrize("payload", ["nrlre1:int16:3x0x2:", "nrlre1:int16:3x2x0:", "nrlre1:int16:0x0x0:"])
+def test_formats_refuse_routes_without_a_layer_or_a_slot(payload: str) -> None:
+    with pytest.raises(DecodeError, match=r"must be an integer in 1\.\.") as info:
+        r3wire.formats.read(payload)
+    assert info.value.field in {"shape[1]", "shape[2]"}

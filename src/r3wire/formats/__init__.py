@@ -305,6 +305,10 @@ def read(
     if dtype is not None and name != "sglang":
         raise R3WireError.make("dtype", f"None ({name} carries its dtype; only sglang's bare string needs one)", dtype)
     result = _READERS[name](payload, opts)
+    # Every format holds routes: at least one layer and one slot (docs/wire-format.md §6), as decode_routes.
+    for axis in (1, 2):
+        if not result.routes.shape[axis]:
+            raise DecodeError.make(f"shape[{axis}]", "an integer in 1..9223372036854775807", 0)
     # A shape that disagrees with the caller's model is a payload from somewhere else: say so here, not in the
     # trainer's gather three calls later.
     for axis, (field, value) in enumerate((("num_layers", opts.num_layers), ("top_k", opts.top_k)), start=1):
