@@ -106,7 +106,7 @@ def test_nested_lists_are_accepted() -> None:
     assert back.tolist() == [[[1, 2]], [[3, 0]]]
 
 
-@pytest.mark.parametrize("shape", [(0, 48, 8), (5, 0, 8), (5, 48, 0), (0, 0, 0)])
+@pytest.mark.parametrize("shape", [(0, 48, 8), (0, 1, 1)])
 def test_empty_routes(shape: tuple[int, int, int]) -> None:
     envelope = encode_routes(np.zeros(shape, dtype=np.int32))
     assert envelope["dtype"] == "uint8"
@@ -114,6 +114,16 @@ def test_empty_routes(shape: tuple[int, int, int]) -> None:
     back = decode_routes(envelope)
     assert back.shape == shape
     assert back.dtype == np.uint8
+
+
+@pytest.mark.parametrize("shape", [(5, 0, 8), (5, 48, 0), (0, 0, 0)])
+def test_routes_without_a_layer_or_a_slot_are_refused_both_ways(shape: tuple[int, int, int]) -> None:
+    with pytest.raises(EncodeError, match=r"routes must be a 3-d array \[rows, layers >= 1, top_k >= 1\]"):
+        encode_routes(np.zeros(shape, dtype=np.int32))
+    envelope = {"data": "", "shape": list(shape), "dtype": "uint8", "schema": "r3wire.routes", "version": 1}
+    with pytest.raises(DecodeError, match=r"must be an integer in 1\.\.") as info:
+        decode_routes(envelope)
+    assert info.value.field == ("shape[1]" if shape[1] == 0 else "shape[2]")
 
 
 def test_decoded_array_is_writable_and_owned_by_nobody_else() -> None:

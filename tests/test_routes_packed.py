@@ -108,7 +108,7 @@ def test_pack_bits_false_is_the_unpacked_envelope() -> None:
     assert "bits" not in encode_routes(routes, num_experts=128)
 
 
-@pytest.mark.parametrize("shape", [(0, 48, 8), (5, 0, 8), (5, 48, 0)])
+@pytest.mark.parametrize("shape", [(0, 48, 8), (0, 1, 1)])
 def test_empty_routes_packed(shape: tuple[int, int, int]) -> None:
     envelope = encode_routes(np.zeros(shape, dtype=np.int32), pack_bits=True)
     assert (envelope["data"], envelope["dtype"], envelope["bits"]) == ("", "uint8", 1)

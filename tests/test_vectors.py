@@ -18,6 +18,7 @@ from r3wire import (
     decode_array,
     decode_logprobs,
     decode_routes,
+    decode_routes_frame,
     encode_array,
     encode_logprobs,
     encode_routes,
@@ -34,6 +35,7 @@ def _load(name: str) -> dict[str, Any]:
 ROUTES = _load("routes-v1.json")
 ARRAYS = _load("arrays-v1.json")
 LOGPROBS = _load("logprobs-v1.json")
+HOSTILE = _load("hostile-v1.json")
 
 
 @pytest.mark.parametrize("case", ROUTES["valid"], ids=lambda c: c["name"])
@@ -104,6 +106,33 @@ def test_logprobs_reject(case: dict[str, Any]) -> None:
     assert isinstance(info.value, UnsupportedVersionError) == ("UnsupportedVersionError" in case.get("note", ""))
 
 
+def _decode_hostile(case: dict[str, Any]) -> np.ndarray[Any, Any]:
+    limit = case.get("max_elements")
+    decoder = case["decoder"]
+    if decoder == "frame":
+        return decode_routes_frame(bytes.fromhex(case["frame_hex"]), max_elements=limit)
+    payload = case.get("text", case.get("envelope"))
+    if decoder == "routes":
+        return decode_routes(payload, max_elements=limit)
+    if decoder == "array":
+        return decode_array(payload, max_elements=limit)
+    assert decoder == "logprobs"
+    return decode_logprobs(payload, max_elements=limit)
+
+
+@pytest.mark.parametrize("case", HOSTILE["valid"], ids=lambda c: c["name"])
+def test_hostile_valid(case: dict[str, Any]) -> None:
+    assert list(_decode_hostile(case).shape) == case["shape"]
+
+
+@pytest.mark.parametrize("case", HOSTILE["reject"], ids=lambda c: c["name"])
+def test_hostile_reject(case: dict[str, Any]) -> None:
+    with pytest.raises(DecodeError) as info:
+        _decode_hostile(case)
+    assert info.value.field == case["field"]
+    assert len(str(info.value)) < 1000
+
+
 def test_vector_files_are_listed() -> None:
     # A vector file that no test reads would be a published contract nobody checks.
     assert sorted(p.name for p in VECTORS.glob("*.json")) == sorted(KNOWN_VECTOR_FILES)
@@ -119,6 +148,7 @@ KNOWN_VECTOR_FILES = [
     "formats-skyrl-v1.json",
     "formats-vllm-npy-v1.json",
     "frame-v1.json",
+    "hostile-v1.json",
     "logprobs-v1.json",
     "routes-v1-packed.json",
     "routes-v1.json",

@@ -12,6 +12,7 @@ The public API, by concern:
 - whole JSON responses with arrays anywhere in them: :func:`dumps`, :func:`loads`
 - the wire contract: :class:`Schema`, :data:`ROUTES_SCHEMA`, :data:`ARRAY_SCHEMA`, :data:`LOGPROBS_SCHEMA`,
   :data:`WIRE_DTYPES`
+- limits: :data:`DEFAULT_MAX_ELEMENTS` (what every decoder's ``max_elements=None`` means)
 - errors: :class:`R3WireError`, :class:`EncodeError`, :class:`DecodeError`, :class:`UnsupportedVersionError`
 
 Adapters live in submodules that import their framework only when used: ``r3wire.torch`` (tensors in and out),
@@ -22,6 +23,7 @@ Other engines' formats: ``r3wire.formats`` (imported on first use).
 import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 
+from r3wire._validate import DEFAULT_MAX_ELEMENTS
 from r3wire._version import __version__
 from r3wire.arrays import decode_array, encode_array
 from r3wire.batching import RouteTrace, pack_routes, pad_routes, pad_sequences, unpack_routes, validate_routes
@@ -50,6 +52,7 @@ from r3wire.schema import (
 
 __all__ = [
     "ARRAY_SCHEMA",
+    "DEFAULT_MAX_ELEMENTS",
     "LOGPROBS_SCHEMA",
     "LOGPROB_DTYPES",
     "LOGPROB_FLOOR",

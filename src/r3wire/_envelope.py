@@ -1,27 +1,42 @@
 """The JSON envelope shared by every schema: writing one, and reading one in the documented order.
 
 Routes, logprobs and generic side channels are all this envelope with a different schema name, dtype set and
-extra header fields; the schema-specific value checks live with each schema, not here.
+extra header fields. :func:`check_header` is the one header reader: the envelope and the routes frame
+(:mod:`r3wire.frame`) both check their declared fields through it, so the check order is stated in one place
+(docs/wire-format.md §8) and cannot drift between them. Value checks after decoding live with each schema.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from r3wire._base64 import b64decode_strict, b64encode_text
+from r3wire._base64 import b64decode_strict, b64encode_text, encoded_length
+from r3wire._routecheck import ROUTES_MIN_DIMS, check_bits, check_declared, check_num_experts
 from r3wire._validate import check_element_count, check_keys, check_shape
 from r3wire.bitpack import packed_nbytes, unpack_bits
 from r3wire.errors import DecodeError, EncodeError
-from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_SHAPE, WIRE_DTYPES, Schema
+from r3wire.schema import (
+    KEY_BITS,
+    KEY_DATA,
+    KEY_DTYPE,
+    KEY_NUM_EXPERTS,
+    KEY_SCHEMA,
+    KEY_SHAPE,
+    KEY_VERSION,
+    WIRE_DTYPES,
+    Schema,
+)
 
 __all__ = [
+    "ABSENT",
     "Header",
     "build_envelope",
+    "check_header",
     "decode_data",
     "read_header",
     "to_wire_bytes",
@@ -88,16 +103,33 @@ def wire_buffer(wire: np.ndarray[Any, Any]) -> memoryview:
     return wire.reshape(-1).view(np.uint8).data
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
-    """What an envelope declares, checked, before its data is decoded."""
+class _Absent:
+    """The type of :data:`ABSENT`."""
 
-    schema: Schema | None  # None for the seed's unversioned routes envelope
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "ABSENT"
+
+
+ABSENT: Final = _Absent()
+"""An optional header field that is not there (``None`` is a value a payload can carry: JSON ``null``)."""
+
+
+class Header(NamedTuple):
+    """What an envelope or a frame declares, checked, before its data is decoded.
+
+    A NamedTuple rather than a frozen dataclass: it is built on every decode, and costs a third as much.
+    """
+
+    schema: Schema | None  # None for the seed's unversioned routes envelope, and for the frame
     dtype: str
     shape: tuple[int, ...]
-    count: int
-    data: object
-    fields: Mapping[str, Any]
+    elements: int  # the element count, product of the shape
+    nbytes: int  # the decoded data's byte count: count x itemsize, or the packed stream's length
+    num_experts: int | None  # routes: declared by the payload
+    bits: int | None  # routes: the packed width, None when the ids travel as ``dtype``
+    data: object  # base64 text (envelope) or the raw bytes after the header (frame)
 
 
 def read_header(
@@ -109,11 +141,15 @@ def read_header(
     optional: Sequence[str] = (),
     max_elements: int | None = None,
     legacy: bool = False,
+    routes: bool = False,
+    expected_experts: int | None = None,
 ) -> Header:
-    """Check an envelope's header in the documented order: keys, schema and version, dtype, shape, size.
+    """Check an envelope's header in the documented order (docs/wire-format.md §8), up to its data.
 
-    ``legacy`` reads the seed's unversioned ``{data, shape, dtype}`` form (no schema, no optional keys).
-    The data field is checked only for its type here; its length is checked by :func:`decode_data`.
+    The envelope's own steps (members, then schema and version) come first; the rest is :func:`check_header`,
+    shared with the routes frame. ``legacy`` reads the seed's unversioned ``{data, shape, dtype}`` form (no
+    schema, no optional keys). ``routes`` applies the routes rules (shape ``[rows, layers >= 1, top_k >= 1]``,
+    ``num_experts``, ``bits``) with the caller's ``expected_experts``.
 
     Raises:
         DecodeError: the first rule that does not hold.
@@ -123,36 +159,117 @@ def read_header(
         check_keys(obj, required=(KEY_DATA, KEY_SHAPE, KEY_DTYPE))
         schema = None
     else:
-        check_keys(obj, required=(KEY_DATA, KEY_SHAPE, KEY_DTYPE, "schema", "version"), optional=optional)
+        check_keys(obj, required=(KEY_DATA, KEY_SHAPE, KEY_DTYPE, KEY_SCHEMA, KEY_VERSION), optional=optional)
         schema = Schema.from_dict(obj, expected=schema_name)
-    dtype = obj[KEY_DTYPE]
+    return check_header(
+        dtype=obj[KEY_DTYPE],
+        shape=obj[KEY_SHAPE],
+        data=obj[KEY_DATA],
+        dtypes=dtypes,
+        ndim=ndim,
+        max_elements=max_elements,
+        schema=schema,
+        routes=routes,
+        num_experts=obj.get(KEY_NUM_EXPERTS, ABSENT),
+        bits=obj.get(KEY_BITS, ABSENT),
+        expected_experts=expected_experts,
+    )
+
+
+def check_header(
+    *,
+    dtype: object,
+    shape: object,
+    data: object,
+    dtypes: Collection[str],
+    ndim: int | None,
+    max_elements: int | None,
+    schema: Schema | None = None,
+    routes: bool = False,
+    num_experts: object = ABSENT,
+    bits: object = ABSENT,
+    expected_experts: int | None = None,
+    raw: bool = False,
+) -> Header:
+    """Check a header's declared fields in the one documented order; the envelope and the frame both end here.
+
+    The order (docs/wire-format.md §8, steps 4-8): ``dtype``; ``shape`` (entries, then the extent); for routes,
+    ``num_experts`` (its range, the dtype it fixes, the caller's value) then ``bits``; the data's length; the
+    element limit. Nothing is decoded or allocated: ``data`` is base64 text, or the frame's bytes when ``raw``.
+
+    Raises:
+        DecodeError: the first rule that does not hold.
+    """
     if not isinstance(dtype, str) or dtype not in dtypes:
         raise DecodeError.make(KEY_DTYPE, f"one of {list(dtypes)}", dtype)
-    shape = check_shape(obj[KEY_SHAPE], KEY_SHAPE, ndim=ndim)
-    count = check_element_count(shape, max_elements)
-    data = obj[KEY_DATA]
+    dims = check_shape(shape, KEY_SHAPE, ndim=ndim, minimums=ROUTES_MIN_DIMS if routes else ())
+    wire_experts = width = None
+    if routes:
+        if num_experts is not ABSENT:
+            wire_experts = check_num_experts(num_experts, KEY_NUM_EXPERTS, DecodeError)
+        check_declared(dtype, wire_experts=wire_experts, expected_experts=expected_experts)
+        if bits is not ABSENT:
+            width = check_bits(bits, dtype, wire_experts=wire_experts)
+    count = math.prod(dims)
+    nbytes = count * WIRE_DTYPES[dtype].itemsize if width is None else packed_nbytes(count, width)
+    if raw:
+        _check_raw_length(data, nbytes, count, width or dtype)
+    else:
+        _check_text_length(data, nbytes)
+    if max_elements is None or count > max_elements or not count:  # else the count is the extent, and within it
+        check_element_count(dims, max_elements)
+    return Header(
+        schema=schema,
+        dtype=dtype,
+        shape=dims,
+        elements=count,
+        nbytes=nbytes,
+        num_experts=wire_experts,
+        bits=width,
+        data=data,
+    )
+
+
+def _check_text_length(data: object, nbytes: int) -> None:
+    if isinstance(data, memoryview) and not (data.c_contiguous and data.itemsize == 1 and data.ndim == 1):
+        raise DecodeError.make(KEY_DATA, "a base64 string", f"a memoryview of format {data.format!r}", raw=True)
     if not isinstance(data, (str, bytes, bytearray, memoryview)):
         raise DecodeError.make(KEY_DATA, "a base64 string", type(data).__name__, raw=True)
-    return Header(schema=schema, dtype=dtype, shape=shape, count=count, data=data, fields=obj)
+    expected = encoded_length(nbytes)
+    if len(data) != expected:
+        raise DecodeError.make(
+            KEY_DATA,
+            f"{expected} base64 characters ({nbytes} bytes for the declared shape and dtype)",
+            f"{len(data)} characters",
+            raw=True,
+        )
 
 
-def decode_data(header: Header, *, bits: int | None = None) -> np.ndarray[Any, Any]:
+def _check_raw_length(data: object, nbytes: int, count: int, packing: int | str) -> None:
+    size = len(data) if isinstance(data, (bytes, bytearray, memoryview, np.ndarray)) else -1
+    if size != nbytes:
+        shown = f"{packing} bits" if isinstance(packing, int) else packing
+        raise DecodeError.make(
+            KEY_DATA, f"{nbytes} bytes after the header ({count} ids as {shown})", f"{size} bytes", raw=True
+        )
+
+
+def decode_data(header: Header) -> np.ndarray[Any, Any]:
     """Decode the header's base64 data into a writable, C-contiguous, native-byte-order array.
 
-    With ``bits``, the data is the bit-packed stream of the ids (checked to fit the header's dtype by the caller),
-    unpacked into that dtype. The text length is checked against the declared shape before anything is allocated.
+    A packed header's data is the bit stream of the ids (``header.bits`` each), unpacked into the header's dtype.
+    The text length was checked by :func:`check_header` before anything was allocated.
 
     Raises:
         DecodeError: the data is not the canonical base64 of exactly the declared number of bytes, or a packed
             stream's pad bits are not zero.
     """
     wire_dtype = WIRE_DTYPES[header.dtype]
-    nbytes = header.count * wire_dtype.itemsize if bits is None else packed_nbytes(header.count, bits)
     data = header.data
-    assert isinstance(data, (str, bytes, bytearray, memoryview))  # read_header checked it
-    buffer = b64decode_strict(data, nbytes, field=KEY_DATA)
-    if bits is not None:
-        return unpack_bits(buffer, header.count, bits, wire_dtype, field=KEY_DATA).reshape(header.shape)
+    assert isinstance(data, (str, bytes, bytearray, memoryview))  # check_header checked it
+    buffer = b64decode_strict(data, header.nbytes, field=KEY_DATA)
+    if header.bits is not None:
+        return unpack_bits(buffer, header.elements, header.bits, wire_dtype, field=KEY_DATA).reshape(header.shape)
     array: np.ndarray[Any, Any] = np.frombuffer(buffer, dtype=wire_dtype)
     if not array.flags.writeable:
         # The stdlib back end returns immutable bytes; pybase64 decodes straight into a bytearray, no copy.

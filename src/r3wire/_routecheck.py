@@ -30,6 +30,7 @@ from r3wire.schema import (
 )
 
 __all__ = [
+    "ROUTES_MIN_DIMS",
     "ROUTES_NDIM",
     "RoutesToWrite",
     "check_bits",
@@ -42,6 +43,8 @@ __all__ = [
 ]
 
 ROUTES_NDIM: Final = 3
+# [rows, layers, top_k]: no rows is a valid (empty) answer; no layer or no slot is no routing at all.
+ROUTES_MIN_DIMS: Final = (0, 1, 1)
 
 
 def first_index(mask: np.ndarray[Any, Any]) -> list[int]:
@@ -88,6 +91,10 @@ def prepare_routes(routes: Any, *, num_experts: int | None, pack_bits: bool) -> 
         raise EncodeError.make("routes.dtype", "an integer dtype", str(arr.dtype), raw=True)
     if arr.ndim != ROUTES_NDIM:
         raise EncodeError.make("routes", "a 3-d array [rows, layers, top_k]", f"shape {list(arr.shape)}", raw=True)
+    if not arr.shape[1] or not arr.shape[2]:  # ROUTES_MIN_DIMS: the decoder refuses these
+        raise EncodeError.make(
+            "routes", "a 3-d array [rows, layers >= 1, top_k >= 1]", f"shape {list(arr.shape)}", raw=True
+        )
     n_experts = optional_num_experts(num_experts, EncodeError)
     if not isinstance(pack_bits, (bool, np.bool_)):
         raise EncodeError.make("pack_bits", "a bool", pack_bits)

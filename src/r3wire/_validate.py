@@ -6,20 +6,26 @@ Each check raises the caller's error class with a message of one shape: ``<field
 from __future__ import annotations
 
 import math
+import operator
+import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, TypeGuard
+from typing import Any, Final, Literal, TypeGuard
 
 import numpy as np
 import orjson
 
-from r3wire.errors import DecodeError, R3WireError
+from r3wire.errors import DecodeError, R3WireError, describe
 
 __all__ = [
+    "DEFAULT_MAX_ELEMENTS",
     "MAX_DIM",
+    "MAX_EXTENT",
     "MAX_NDIM",
     "check_element_count",
     "check_int",
+    "check_keys",
     "check_shape",
+    "extent",
     "load_object",
     "optional_max_elements",
 ]
@@ -28,6 +34,16 @@ __all__ = [
 MAX_NDIM: Final = 32
 # A dimension must fit a signed 64-bit integer so every reader can hold it; the data length bounds the product.
 MAX_DIM: Final = (1 << 63) - 1
+# The product of a shape's non-zero dimensions, times the widest element (8 bytes), must fit a signed 64-bit
+# integer: NumPy refuses even an empty array beyond that ("array is too big"), and so would any reader in C.
+MAX_EXTENT: Final[int] = MAX_DIM // 8
+DEFAULT_MAX_ELEMENTS: Final[int] = 1 << 30
+"""The element limit every decoder applies when the caller passes ``max_elements=None``: 2**30 elements.
+
+It holds the largest real trajectory with room to spare (1M tokens x 94 layers x top-8 is 0.70 x 2**30; 1M x 64
+layers x top-8 = 2**29), and a decoder never allocates more than this many elements (4 GiB of int32 routes,
+8 GiB of float64) for one array, whatever a few bytes of header claim. Pass a larger ``max_elements`` to raise it.
+"""
 
 
 def is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
@@ -56,14 +72,14 @@ def check_int(
     return number
 
 
-def optional_max_elements(value: object) -> int | None:
-    """A caller's ``max_elements`` limit: ``None`` (no limit), or an integer in ``0 .. 2**63``.
+def optional_max_elements(value: object) -> int:
+    """A caller's ``max_elements`` limit: an integer in ``0 .. 2**63``, or ``None`` for :data:`DEFAULT_MAX_ELEMENTS`.
 
     Raises:
         R3WireError: anything else.
     """
     if value is None:
-        return None
+        return DEFAULT_MAX_ELEMENTS
     return check_int(value, "max_elements", minimum=0, maximum=1 << 63, error=R3WireError)
 
 
@@ -73,10 +89,15 @@ def check_shape(
     *,
     ndim: int | None,
     error: type[R3WireError] = DecodeError,
+    minimums: Sequence[int] = (),
 ) -> tuple[int, ...]:
     """Return ``value`` as a tuple of non-negative ints, with ``ndim`` entries when ``ndim`` is given.
 
-    A JSON array arrives as a ``list``; in-process callers may pass a tuple and NumPy integers.
+    Each entry is an integer in ``minimums[i] .. 2**63 - 1`` (``minimums`` defaults to 0 per axis; routes pass
+    ``(0, 1, 1)``: a routes array has at least one layer and one slot), and the product of the non-zero entries
+    is at most :data:`MAX_EXTENT`, so every dimension is bounded whatever the others are (``[2**62, 0, 2]`` holds
+    no element but is no array any reader can make). A JSON array arrives as a ``list``; in-process callers may
+    pass a tuple and NumPy integers.
 
     Raises:
         R3WireError: of class ``error``, naming ``field`` or the offending ``field[i]``.
@@ -88,41 +109,75 @@ def check_shape(
         raise error.make(
             field,
             f"an array of {ndim} non-negative integers",
-            f"{len(value)} entries: {value!r}"[:120],
+            f"{len(value)} entries: {describe(value)}",
             raw=True,
         )
     if len(value) > MAX_NDIM:
         raise error.make(field, f"at most {MAX_NDIM} dimensions", f"{len(value)}", raw=True)
-    return tuple(
-        check_int(dim, f"{field}[{i}]", minimum=0, maximum=MAX_DIM, error=error) for i, dim in enumerate(value)
-    )
+    shape = tuple(value)
+    # Fast path for the common case (plain ints, in range); anything else goes through check_int for its error.
+    if not all(type(dim) is int and 0 <= dim <= MAX_DIM for dim in shape) or any(map(operator.gt, minimums, shape)):
+        lows = [*minimums, *[0] * (len(shape) - len(minimums))]
+        shape = tuple(
+            check_int(dim, f"{field}[{i}]", minimum=lows[i], maximum=MAX_DIM, error=error)
+            for i, dim in enumerate(value)
+        )
+    if extent(shape) > MAX_EXTENT:
+        raise error.make(
+            field,
+            f"a shape whose non-zero dimensions multiply to at most {MAX_EXTENT}",
+            f"{list(shape)}",
+            raw=True,
+        )
+    return shape
+
+
+def extent(shape: Sequence[int]) -> int:
+    """The product of the non-zero dimensions of ``shape``: its element count, or for an empty array the count
+    it would have without its zero dimensions. Limits apply to this, so a zero cannot hide a huge dimension."""
+    count = math.prod(shape)
+    return count if count else math.prod(dim for dim in shape if dim)
 
 
 def check_element_count(shape: Sequence[int], max_elements: int | None, field: str = "shape") -> int:
-    """Return the element count of ``shape``, refusing it when it exceeds ``max_elements``.
+    """Return the element count of ``shape``, refusing a shape whose :func:`extent` exceeds ``max_elements``.
+
+    ``None`` means :data:`DEFAULT_MAX_ELEMENTS`. A non-empty shape's extent is its element count; an empty one is
+    held to the same limit through its non-zero dimensions (``[2**40, 0, 8]`` is refused by default).
 
     Raises:
-        DecodeError: the count exceeds ``max_elements``.
+        DecodeError: the extent exceeds the limit.
     """
-    count = math.prod(shape)
-    if max_elements is not None and count > max_elements:
+    limit = DEFAULT_MAX_ELEMENTS if max_elements is None else max_elements
+    span = extent(shape)
+    if span > limit:
+        count = math.prod(shape)
+        default = " (the default; pass a larger max_elements to raise it)" if limit == DEFAULT_MAX_ELEMENTS else ""
+        elements = f"{count} elements" if count else f"no elements, {span} without its zero dimensions"
         raise DecodeError.make(
             field,
-            f"at most max_elements={max_elements} elements",
-            f"{list(shape)} ({count} elements)",
+            f"at most max_elements={limit} elements{default}",
+            f"{list(shape)} ({elements})",
             raw=True,
         )
-    return count
+    return math.prod(shape)
 
 
 def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
     """Return ``payload`` as a JSON object: a mapping as is, or JSON text (``str`` or bytes-like) parsed.
 
+    Text in which any object names a member twice is refused: JSON parsers disagree on which value wins (orjson
+    and Python keep the last, others the first), so two readers of one payload could decode different arrays.
+
     Raises:
-        DecodeError: the text is not valid JSON, or the value is not a JSON object.
+        DecodeError: the text is not valid JSON, not an object, or names a member twice.
     """
     if isinstance(payload, Mapping):
         return payload
+    if isinstance(payload, memoryview) and not (payload.c_contiguous and payload.itemsize == 1 and payload.ndim == 1):
+        raise DecodeError.make(
+            None, f"JSON text of an object ({what})", f"a memoryview of format {payload.format!r}", raw=True
+        )
     if isinstance(payload, (str, bytes, bytearray, memoryview)):
         try:
             parsed = orjson.loads(payload)
@@ -130,8 +185,124 @@ def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
             raise DecodeError.make(None, f"JSON text of an object ({what})", f"invalid JSON: {exc}", raw=True) from exc
         if not isinstance(parsed, dict):
             raise DecodeError.make(None, f"a JSON object ({what})", f"a JSON {type(parsed).__name__}", raw=True)
+        # A memoryview has no find(): scan a copy (the rare input type; str and bytes are scanned in place).
+        duplicate = _repeated_member(payload.tobytes() if isinstance(payload, memoryview) else payload, parsed)
+        if duplicate is not None:
+            raise DecodeError.make(
+                None, f"a JSON object naming each member once ({what})", f"member {describe(duplicate)} twice", raw=True
+            )
         return parsed
     raise DecodeError.make(None, f"a JSON object or its text ({what})", type(payload).__name__, raw=True)
+
+
+# Where a scan of valid JSON must stop: a string's opening quote or a bracket.
+_TOKEN_STR: Final = re.compile(r'["\[\]{}]')
+_TOKEN_BYTES: Final = re.compile(rb'["\[\]{}]')
+# A member name is a string followed by a colon (JSON whitespace only: the text has been parsed already).
+_COLON_STR: Final = re.compile(r"[ \t\n\r]*:")
+_COLON_BYTES: Final = re.compile(rb"[ \t\n\r]*:")
+# Texts this short are first checked by counting colons (C loops, ~0.3 ns a byte): cheaper than the token
+# scan's fixed cost below this size, dearer above it for an envelope, whose megabytes are one string.
+_COUNT_COLONS_BELOW: Final = 1 << 14
+# Tokens the scan reads before it tries the colon count instead: an envelope has fewer than 20; a document of
+# many small objects (a logprobs content list) is checked faster by counting, at C speed, than token by token.
+_SCAN_BUDGET: Final = 1024
+
+
+def _repeated_member(text: str | bytes | bytearray, parsed: object) -> str | None:
+    """The first member name that appears twice in one object of ``text`` (valid JSON, parsed as ``parsed``).
+
+    A token scan finds it exactly; counting colons proves there is none faster when the text has many small
+    tokens. Linear in the text either way: a string (the megabytes of base64) is skipped by ``find`` (memchr),
+    not character by character.
+    """
+    if len(text) > _COUNT_COLONS_BELOW:
+        scanned = _scan(text, budget=_SCAN_BUDGET)
+        if scanned is not False:
+            return scanned
+    if _proved_distinct(text, parsed):
+        return None
+    found = _scan(text, budget=None)
+    assert found is not False  # without a budget the scan always finishes
+    return found
+
+
+def _proved_distinct(text: str | bytes | bytearray, parsed: object) -> bool:
+    """True when counting colons proves that no object of ``text`` names a member twice (False: not proved).
+
+    Every member is followed by a literal colon; the other colons are inside strings. ``orjson.dumps(parsed)``
+    holds the same strings minus those of the members a repeated name dropped, so the text has more colons than
+    it exactly when a member was dropped, provided no string spells a colon as an escape (``\\u003a``).
+    """
+    data: Any = text
+    colons = data.count(":" if isinstance(text, str) else b":")
+    if isinstance(parsed, dict) and colons <= len(parsed):  # a flat object such as an envelope: no dumps needed
+        return True
+    escape = ("\\u003a", "\\u003A") if isinstance(text, str) else (b"\\u003a", b"\\u003A")
+    if escape[0] in data or escape[1] in data:
+        return False
+    try:
+        again = orjson.dumps(parsed)
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes: let the scan decide
+        return False
+    return bool(colons <= again.count(b":"))
+
+
+def _scan(text: str | bytes | bytearray, *, budget: int | None) -> str | Literal[False] | None:
+    """The first name repeated within one object of ``text``, None if there is none, False if ``budget`` tokens
+    were read without finishing."""
+    data: Any = text  # Any: one loop body for str and bytes
+    search: Any
+    match_colon: Any
+    quote: Any
+    backslash: Any
+    opening: Any
+    if isinstance(text, str):
+        search, match_colon, quote, backslash, opening = _TOKEN_STR.search, _COLON_STR.match, '"', "\\", "[{"
+    else:
+        search, match_colon, quote, backslash, opening = _TOKEN_BYTES.search, _COLON_BYTES.match, b'"', b"\\", b"[{"
+    objects: list[set[str] | None] = []  # the names seen in each open container (None for an array)
+    pos = 0
+    tokens = 0
+    while (match := search(data, pos)) is not None:
+        tokens += 1
+        if budget is not None and tokens > budget:
+            return False
+        start = match.start()
+        char = data[start : start + 1]
+        if char == quote:
+            pos = _string_end(data, start, quote, backslash)
+            if objects and (names := objects[-1]) is not None and match_colon(data, pos):
+                raw = data[start:pos]
+                name: str = (
+                    orjson.loads(raw)
+                    if backslash in raw
+                    else str(raw[1:-1])
+                    if isinstance(raw, str)
+                    else raw[1:-1].decode()
+                )
+                if name in names:
+                    return name
+                names.add(name)
+        elif char in opening:
+            objects.append(set() if char in ("{", b"{") else None)
+            pos = start + 1
+        else:
+            objects.pop()
+            pos = start + 1
+    return None
+
+
+def _string_end(text: Any, start: int, quote: Any, backslash: Any) -> int:
+    """The index just past the closing quote of the JSON string opening at ``start`` (valid JSON)."""
+    close = text.find(quote, start + 1)
+    while True:
+        escapes = 0
+        while text[close - 1 - escapes : close - escapes] == backslash:
+            escapes += 1
+        if escapes % 2 == 0:
+            return int(close) + 1
+        close = text.find(quote, close + 1)
 
 
 def check_keys(
@@ -140,7 +311,8 @@ def check_keys(
     required: Sequence[str],
     optional: Sequence[str] = (),
 ) -> None:
-    """Require every key in ``required`` and refuse any key outside ``required`` and ``optional``.
+    """Require every key in ``required`` (named in that order) and refuse any key outside ``required`` and
+    ``optional``; an unknown key is reported as the payload as a whole (``field`` None).
 
     Raises:
         DecodeError: a key is missing, unknown, or not a string.
@@ -152,7 +324,7 @@ def check_keys(
         allowed = set(required).union(optional)
         unknown = [key for key in obj if not (isinstance(key, str) and key in allowed)]
         if unknown:
-            shown = ", ".join(repr(k)[:40] for k in unknown[:5])
+            shown = ", ".join(describe(k)[:40] for k in unknown[:5])
             raise DecodeError.make(
                 None,
                 f"an object with keys {sorted(allowed)}",

@@ -75,7 +75,8 @@ def decode_array(
         payload: the envelope.
         dtypes: the wire dtype names accepted; all of them when omitted.
         ndim: the number of dimensions required; any when omitted.
-        max_elements: refuse a payload declaring more elements than this, before decoding anything.
+        max_elements: refuse a payload declaring more elements than this, before decoding anything; ``None``
+            means ``DEFAULT_MAX_ELEMENTS`` (2**30). Pass a larger int to raise it.
 
     Returns:
         A writable, C-contiguous array in the wire dtype, native byte order.

@@ -16,9 +16,10 @@ offset   size  field        value
 32       ...   data         exactly the bytes the header implies; nothing after them
 =======  ====  ===========  ===============================================================
 
-The data starts 32 bytes in, so an aligned buffer gives an aligned int32 view. The rules are those of the JSON
-envelope (:mod:`r3wire._routecheck`), and a failed rule raises the same error naming the same field. The spec
-with golden vectors is ``docs/bitpack-and-frame.md``.
+The data starts 32 bytes in, so an aligned buffer gives an aligned int32 view. After its own fixed fields
+(magic, version, header size, dtype code, reserved) the header goes through the envelope's header reader
+(:func:`r3wire._envelope.check_header`): the same rules in the same order, and a failed rule raises the same
+error naming the same field. The spec with golden vectors is ``docs/bitpack-and-frame.md``.
 """
 
 from __future__ import annotations
@@ -29,18 +30,11 @@ from typing import Any, Final
 import numpy as np
 
 from r3wire import bitpack
-from r3wire._envelope import to_wire_bytes
-from r3wire._routecheck import (
-    check_bits,
-    check_declared,
-    check_ids,
-    check_num_experts,
-    optional_num_experts,
-    prepare_routes,
-)
-from r3wire._validate import MAX_DIM, check_element_count, check_int, optional_max_elements
+from r3wire._envelope import ABSENT, check_header, to_wire_bytes
+from r3wire._routecheck import ROUTES_NDIM, check_ids, optional_num_experts, prepare_routes
+from r3wire._validate import optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, UnsupportedVersionError
-from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_NUM_EXPERTS, KEY_VERSION, WIRE_DTYPES
+from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_VERSION, ROUTE_DTYPES, WIRE_DTYPES
 
 __all__ = ["FRAME_HEADER_SIZE", "FRAME_MAGIC", "FRAME_VERSION", "decode_routes_frame", "encode_routes_frame"]
 
@@ -113,7 +107,8 @@ def decode_routes_frame(
         buffer: the frame: ``bytes``, ``bytearray``, ``memoryview`` or any C-contiguous buffer.
         num_experts: the model's expert count, if the caller knows it: every id must be below it, and it must
             agree with the frame's ``num_experts`` when that is declared.
-        max_elements: refuse a frame declaring more ids than this, before touching the data.
+        max_elements: refuse a frame declaring more ids than this, before touching the data; ``None`` means
+            ``DEFAULT_MAX_ELEMENTS`` (2**30). Pass a larger int to raise it.
         copy: always return a new writable array.
 
     Returns:
@@ -146,34 +141,36 @@ def decode_routes_frame(
         raise DecodeError.make(KEY_DTYPE, f"a dtype code: {choices}", code)
     if reserved:
         raise DecodeError.make("reserved", "0", reserved)
-    shape = (
-        check_int(rows, "shape[0]", minimum=0, maximum=MAX_DIM),
-        check_int(layers, "shape[1]", minimum=0, maximum=MAX_DIM),
-        top_k,
-    )
-    count = check_element_count(shape, max_elements)
-    wire_experts = None if experts_field == 0 else check_num_experts(experts_field, KEY_NUM_EXPERTS, DecodeError)
-    check_declared(dtype, wire_experts=wire_experts, expected_experts=expected_experts)
-    bits = None if bits_field == 0 else check_bits(bits_field, dtype, wire_experts=wire_experts)
-    wire_dtype = WIRE_DTYPES[dtype]
-    nbytes = count * wire_dtype.itemsize if bits is None else bitpack.packed_nbytes(count, bits)
-    got = raw.size - FRAME_HEADER_SIZE
-    if got != nbytes:
-        packing = f"{bits} bits" if bits is not None else dtype
-        raise DecodeError.make(
-            KEY_DATA,
-            f"{nbytes} bytes after the header ({count} ids as {packing})",
-            f"{got} bytes",
-            raw=True,
-        )
+    # From here on, the frame is read exactly as an envelope is: the same rules, the same order, the same errors.
     data = raw[FRAME_HEADER_SIZE:]
-    if bits is not None:
-        routes = bitpack.unpack_bits(data, count, bits, wire_dtype, field=KEY_DATA).reshape(shape)
+    header = check_header(
+        dtype=dtype,
+        shape=(rows, layers, top_k),
+        data=data,
+        dtypes=ROUTE_DTYPES,
+        ndim=ROUTES_NDIM,
+        max_elements=max_elements,
+        routes=True,
+        num_experts=ABSENT if experts_field == 0 else experts_field,
+        bits=ABSENT if bits_field == 0 else bits_field,
+        expected_experts=expected_experts,
+        raw=True,
+    )
+    wire_dtype = WIRE_DTYPES[dtype]
+    if header.bits is not None:
+        ids = bitpack.unpack_bits(data, header.elements, header.bits, wire_dtype, field=KEY_DATA)
+        routes = ids.reshape(header.shape)
     else:
-        routes = data.view(wire_dtype).reshape(shape)
+        routes = data.view(wire_dtype).reshape(header.shape)
         if copy or not routes.flags.aligned or not routes.dtype.isnative:
             routes = routes.astype(wire_dtype.newbyteorder("="))  # astype copies: aligned, native, writable
-    check_ids(routes, dtype, bound=wire_experts or expected_experts, canonical=wire_experts is None, bits=bits)
+    check_ids(
+        routes,
+        dtype,
+        bound=header.num_experts or expected_experts,
+        canonical=header.num_experts is None,
+        bits=header.bits,
+    )
     return routes
 
 

@@ -311,7 +311,8 @@ def decode_logprobs(
     Args:
         payload: the envelope.
         ndim: the number of dimensions required (1 for one logprob per token); any when omitted.
-        max_elements: refuse a payload declaring more values than this, before decoding anything.
+        max_elements: refuse a payload declaring more values than this, before decoding anything; ``None``
+            means ``DEFAULT_MAX_ELEMENTS`` (2**30). Pass a larger int to raise it.
 
     Returns:
         A writable, C-contiguous float32 or float64 array (the wire dtype, native byte order), every value finite.

@@ -17,15 +17,13 @@ from r3wire import bitpack
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes
 from r3wire._routecheck import (
     ROUTES_NDIM,
-    check_bits,
-    check_declared,
     check_ids,
     check_num_experts,
     optional_num_experts,
     prepare_routes,
 )
 from r3wire._validate import load_object, optional_max_elements
-from r3wire.errors import DecodeError, R3WireError
+from r3wire.errors import R3WireError
 from r3wire.schema import (
     KEY_BITS,
     KEY_NUM_EXPERTS,
@@ -110,20 +108,21 @@ def decode_routes(
         payload: the envelope as a dict, or its JSON text as ``str`` or bytes.
         num_experts: the model's expert count, if the caller knows it: every id must be below it, and it must
             agree with the envelope's ``num_experts`` when that is present.
-        max_elements: refuse a payload declaring more ids than this, before decoding anything.
+        max_elements: refuse a payload declaring more ids than this, before decoding anything; ``None`` means
+            ``DEFAULT_MAX_ELEMENTS`` (2**30). Pass a larger int to raise it.
 
     Returns:
         A writable, C-contiguous ``[rows, layers, top_k]`` array of uint8, int16 or int32, native byte order.
 
     Raises:
-        DecodeError: the payload is malformed, inconsistent or breaks a limit; the message names the field,
-            what was expected and what was got.
+        DecodeError: the payload is malformed (JSON text naming a member twice included), inconsistent or breaks
+            a limit; the message names the field, what was expected and what was got.
         UnsupportedVersionError: the payload's schema version is newer than this release reads.
+        R3WireError: ``num_experts`` or ``max_elements`` is invalid.
     """
     expected_experts = optional_num_experts(num_experts)
     max_elements = optional_max_elements(max_elements)
     obj = load_object(payload, what="an r3wire.routes envelope")
-    legacy = KEY_SCHEMA not in obj and KEY_VERSION not in obj
     header = read_header(
         obj,
         schema_name=ROUTES_SCHEMA.name,
@@ -131,13 +130,17 @@ def decode_routes(
         ndim=ROUTES_NDIM,
         optional=(KEY_NUM_EXPERTS, KEY_BITS),
         max_elements=max_elements,
-        legacy=legacy,
+        # The seed's form is the object with neither member; with either one, the payload claims a version.
+        legacy=KEY_SCHEMA not in obj and KEY_VERSION not in obj,
+        routes=True,
+        expected_experts=expected_experts,
     )
-    wire_experts = None
-    if KEY_NUM_EXPERTS in obj:
-        wire_experts = check_num_experts(obj[KEY_NUM_EXPERTS], KEY_NUM_EXPERTS, DecodeError)
-    check_declared(header.dtype, wire_experts=wire_experts, expected_experts=expected_experts)
-    bits = check_bits(obj[KEY_BITS], header.dtype, wire_experts=wire_experts) if KEY_BITS in obj else None
-    routes = decode_data(header, bits=bits)
-    check_ids(routes, header.dtype, bound=wire_experts or expected_experts, canonical=wire_experts is None, bits=bits)
+    routes = decode_data(header)
+    check_ids(
+        routes,
+        header.dtype,
+        bound=header.num_experts or expected_experts,
+        canonical=header.num_experts is None,
+        bits=header.bits,
+    )
     return routes

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from r3wire.errors import DecodeError, UnsupportedVersionError
+from r3wire.errors import DecodeError, UnsupportedVersionError, describe
 
 __all__ = [
     "ARRAY_SCHEMA",
@@ -138,7 +138,8 @@ class Schema:
         if KEY_VERSION not in payload:
             raise DecodeError.make(KEY_VERSION, "present (an integer)", "no such key", raw=True)
         name = payload[KEY_SCHEMA]
-        if name != expected or not isinstance(name, str):
+        # isinstance first: ``!=`` on a foreign value (an ndarray) may not even return a bool.
+        if not isinstance(name, str) or name != expected:
             raise DecodeError.make(KEY_SCHEMA, repr(expected), name)
         version = payload[KEY_VERSION]
         if isinstance(version, (bool, np.bool_)) or not isinstance(version, (int, np.integer)):
@@ -147,8 +148,8 @@ class Schema:
         version = int(version)
         if version not in supported:
             raise UnsupportedVersionError(
-                f"{KEY_VERSION} {version} of schema {name!r} is not supported by this release of r3wire, which "
-                f"reads versions {list(supported)}; upgrade r3wire to read newer payloads",
+                f"{KEY_VERSION} {describe(version)} of schema {name!r} is not supported by this release of r3wire, "
+                f"which reads versions {list(supported)}; upgrade r3wire to read newer payloads",
                 field=KEY_VERSION,
                 version=version,
                 supported=supported,

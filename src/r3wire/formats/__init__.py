@@ -21,7 +21,7 @@ import numpy as np
 from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
 from r3wire._validate import check_int, check_shape, load_object, optional_max_elements
-from r3wire.errors import DecodeError, EncodeError, R3WireError
+from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 from r3wire.formats._common import MISSING_ROUTE, ReadOptions, ReadResult, WriteOptions
 from r3wire.formats._envelopes import (
     PRIME_RL_DTYPES,
@@ -159,12 +159,15 @@ def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool) -> str:
         if KEY_DTYPE in obj:
             # Tuples, not sets: a hostile dtype may be unhashable.
             dtype = obj[KEY_DTYPE]
-            return "prime-rl" if dtype in PRIME_RL_DTYPES and dtype not in _SKYRL_DTYPES else "skyrl"
+            # isinstance first: ``in`` compares with ``==``, which an ndarray answers elementwise.
+            if isinstance(dtype, str) and dtype in PRIME_RL_DTYPES and dtype not in _SKYRL_DTYPES:
+                return "prime-rl"
+            return "skyrl"
         return "prime-rl-b85" if _looks_like_b85(obj) else "prime-rl"
     raise DecodeError.make(
         None,
         "a known routed-experts object (r3wire, skyrl, prime-rl, or a mapping holding routed_experts)",
-        f"an object with keys {sorted(repr(k)[:20] for k in list(obj)[:8])}",
+        f"an object with keys {sorted(describe(k)[:20] for k in list(obj)[:8])}",
         raw=True,
     )
 
@@ -302,6 +305,10 @@ def read(
     if dtype is not None and name != "sglang":
         raise R3WireError.make("dtype", f"None ({name} carries its dtype; only sglang's bare string needs one)", dtype)
     result = _READERS[name](payload, opts)
+    # Every format holds routes: at least one layer and one slot (docs/wire-format.md §6), as decode_routes.
+    for axis in (1, 2):
+        if not result.routes.shape[axis]:
+            raise DecodeError.make(f"shape[{axis}]", "an integer in 1..9223372036854775807", 0)
     # A shape that disagrees with the caller's model is a payload from somewhere else: say so here, not in the
     # trainer's gather three calls later.
     for axis, (field, value) in enumerate((("num_layers", opts.num_layers), ("top_k", opts.top_k)), start=1):
