@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import r3wire
 from r3wire import (
     R3WireError,
     RouteTrace,
@@ -1104,11 +1105,7 @@ def test_trace_respects_max_elements() -> None:
 
 
 def test_unbounded_requests_hit_the_default_limit() -> None:
-    import r3wire
-
-    default = getattr(r3wire, "DEFAULT_MAX_ELEMENTS", None)
-    if default is None:
-        pytest.skip("the decoders' default max_elements arrives with issue 11.2")
+    default = r3wire.DEFAULT_MAX_ELEMENTS
     with pytest.raises(R3WireError, match="max_elements"):
         pad_routes([_routes(1)], token_lengths=[default])
     with pytest.raises(R3WireError, match="max_elements"):

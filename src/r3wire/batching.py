@@ -29,7 +29,7 @@ from typing import Any, Final, Literal
 import numpy as np
 
 from r3wire._arraylike import as_numpy
-from r3wire._routecheck import optional_num_experts
+from r3wire._routecheck import ROUTES_MIN_DIMS, optional_num_experts
 from r3wire._validate import MAX_DIM, check_element_count, check_int, check_shape, is_int, optional_max_elements
 from r3wire.errors import R3WireError, describe
 from r3wire.routes import route_dtype
@@ -74,11 +74,7 @@ def _as_routes(value: object, field: str) -> Array:
     if arr.ndim != _NDIM:
         raise _fail(field, "a 3-d array [rows, layers, top_k]", f"shape {list(arr.shape)}")
     # The decoders' shape bound, so a payload that decoded cannot make a batch output unbounded (issue 11.7).
-    check_shape(list(arr.shape), f"{field}.shape", ndim=_NDIM, error=R3WireError)
-    if arr.shape[1] < 1:
-        raise _fail(f"{field}.shape[1]", "layers >= 1", arr.shape[1])
-    if arr.shape[2] < 1:
-        raise _fail(f"{field}.shape[2]", "top_k >= 1", arr.shape[2])
+    check_shape(list(arr.shape), f"{field}.shape", ndim=_NDIM, error=R3WireError, minimums=ROUTES_MIN_DIMS)
     return arr
 
 
