@@ -164,14 +164,14 @@ def test_route_mask_combines_row_mask_and_sentinels() -> None:
 # --- Fireworks --------------------------------------------------------------------------------------------------
 
 
-def _r3(mode: int, total: int, replayed: int, first: int, selector: bytes, matrix: bytes) -> bytes:
+def _r3(mode: int, total: int, replayed: int, first: int, *, selector: bytes, matrix: bytes) -> bytes:
     header = struct.pack("<4sBBBBIIIIQ", b"R3V1", 1, mode, 1, 1, total, replayed, first, len(selector), len(matrix))
     return header + selector + matrix
 
 
 def test_fireworks_zero_replayed_keeps_total_tokens() -> None:
     zstandard = pytest.importorskip("zstandard")
-    text = base64.b64encode(zstandard.ZstdCompressor().compress(_r3(0, 10, 0, 0, b"", b""))).decode()
+    text = base64.b64encode(zstandard.ZstdCompressor().compress(_r3(0, 10, 0, 0, selector=b"", matrix=b""))).decode()
     result = read(text, "fireworks-r3v1", num_layers=2, top_k=2)
     assert result.routes.shape == (0, 2, 2)
     assert result.total_tokens == 10
@@ -180,7 +180,7 @@ def test_fireworks_zero_replayed_keeps_total_tokens() -> None:
 def test_fireworks_reads_a_leading_skippable_frame() -> None:
     zstandard = pytest.importorskip("zstandard")
     skippable = struct.pack("<II", 0x184D2A53, 3) + b"abc"
-    stream = skippable + zstandard.ZstdCompressor().compress(_r3(0, 1, 1, 0, b"", bytes([1, 2, 3, 4])))
+    stream = skippable + zstandard.ZstdCompressor().compress(_r3(0, 1, 1, 0, selector=b"", matrix=bytes([1, 2, 3, 4])))
     for payload in (stream, base64.b64encode(stream).decode()):
         result = read(payload, num_layers=2, top_k=2)
         assert result.format == "fireworks-r3v1"
@@ -190,7 +190,7 @@ def test_fireworks_reads_a_leading_skippable_frame() -> None:
 def test_fireworks_selector_in_all_mode_is_skipped_not_held() -> None:
     zstandard = pytest.importorskip("zstandard")
     # 64 MiB of meaningless selector bytes compress to a few KB; reading must not keep them.
-    raw = _r3(0, 1, 1, 0, bytes(64 << 20), bytes([1, 2, 3, 4]))
+    raw = _r3(0, 1, 1, 0, selector=bytes(64 << 20), matrix=bytes([1, 2, 3, 4]))
     text = base64.b64encode(zstandard.ZstdCompressor().compress(raw)).decode()
     assert len(text) < 10_000
     assert read(text, "fireworks-r3v1", num_layers=2, top_k=2).routes.tolist() == [[[1, 2], [3, 4]]]
@@ -199,7 +199,7 @@ def test_fireworks_selector_in_all_mode_is_skipped_not_held() -> None:
 def test_fireworks_bitmap_header_claims_checked_before_allocation() -> None:
     zstandard = pytest.importorskip("zstandard")
     total = 1 << 24
-    raw = _r3(2, total, 0, 0, bytes(total // 8), b"")
+    raw = _r3(2, total, 0, 0, selector=bytes(total // 8), matrix=b"")
     text = base64.b64encode(zstandard.ZstdCompressor().compress(raw)).decode()
     with pytest.raises(DecodeError) as info:
         read(text, "fireworks-r3v1", num_layers=48, top_k=8, max_elements=1 << 29)
