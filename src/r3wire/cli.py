@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error(parser.prog, str(exc))
         return 2
     except (Exception, RecursionError) as exc:  # the promise: never a traceback, whatever the file
-        _error(parser.prog, f"unexpected {type(exc).__name__} (please report this input): {exc}")
+        _error(parser.prog, f"internal error {type(exc).__name__} (please report this input): {exc}")
         return 2
     return code
 

@@ -154,10 +154,15 @@ def summarize(result: ReadResult, payload_bytes: int) -> Summary:
     routes = result.routes
     rows, layers, top_k = (int(n) for n in routes.shape)
     replayed = routes if result.mask is None else routes[result.mask]
-    per_layer = np.ascontiguousarray(replayed.transpose(1, 0, 2)).reshape(layers, -1).astype(np.int64)
+    # Explicit sizes: reshape(-1) cannot infer a zero-length axis (a 0-layer or 0-top_k payload).
+    per_layer = (
+        np.ascontiguousarray(replayed.transpose(1, 0, 2))
+        .reshape(layers, int(replayed.shape[0]) * top_k)
+        .astype(np.int64)
+    )
     present = per_layer != MISSING_ROUTE if routes.dtype.kind == "i" else np.ones(per_layer.shape, dtype=bool)
     # (row, layer) pairs with a -1 in any slot: whole rows for NeMo-RL, single slots count once for SGLang.
-    missing = int((~present).reshape(layers, -1, max(top_k, 1)).any(axis=2).sum()) if per_layer.size else 0
+    missing = int((~present).reshape(layers, -1, top_k).any(axis=2).sum()) if per_layer.size else 0
     ids = per_layer[present]
     low = int(ids.min()) if ids.size else None
     high = int(ids.max()) if ids.size else None

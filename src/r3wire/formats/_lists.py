@@ -55,6 +55,9 @@ def read_json_lists(payload: object, opts: ReadOptions) -> ReadResult:
                 None, "a non-empty list, or num_layers and top_k to shape an empty one", "[]", raw=True
             )
     shape = check_shape(dims, "shape", ndim=_ROUTES_NDIM)
+    if payload and not (shape[1] and shape[2]):
+        # A route row with no layers or no slots carries nothing to replay: a truncated or mis-nested list.
+        raise DecodeError.make("shape", "[rows, layers >= 1, top_k >= 1]", list(shape))
     check_element_count(shape, opts.max_elements)
     routes = _to_array(payload, shape)
     check_ids(routes, "routes", num_experts=opts.num_experts, missing_sentinel=True)
