@@ -14,6 +14,7 @@ import numpy as np
 import orjson
 import pytest
 
+import r3wire
 from r3wire import DecodeError, R3WireError, UnsupportedVersionError
 from r3wire.formats import MISSING_ROUTE, read, read_response, write
 
@@ -250,3 +251,38 @@ def test_npy_from_a_bytearray_never_aliases_it() -> None:
     buffer[-8:] = bytes(8)
     assert result.routes.tolist() == np.arange(8).reshape(2, 2, 2).tolist()
     assert result.routes.flags.writeable
+
+
+# --- limits shared with the core (issue 11): these run once the core's bounds are merged ----------------------
+
+CORE_BOUNDS = hasattr(r3wire, "DEFAULT_MAX_ELEMENTS")
+needs_core_bounds = pytest.mark.skipif(
+    not CORE_BOUNDS, reason="needs the core's per-dimension bound and default max_elements (issue 11.1, 11.2)"
+)
+HUGE = 2**62
+
+
+@needs_core_bounds
+@pytest.mark.parametrize(
+    ("payload", "name"),
+    [
+        ({"data": "", "shape": [HUGE, 0, HUGE], "start": 0, "dtype": "uint8"}, "prime-rl"),
+        ({"data": "", "shape": [HUGE, 0, HUGE]}, "prime-rl-b85"),
+        ({"data": "", "shape": [HUGE, 0, 2], "dtype": "uint8"}, "skyrl"),
+        (f"nrlre1:int16:{HUGE}x0x{HUGE}:", "nemo-rl"),
+    ],
+)
+def test_zero_element_overflowing_shapes_are_decode_errors(payload: Any, name: str) -> None:
+    with pytest.raises(DecodeError):
+        read(payload, name)
+
+
+@needs_core_bounds
+def test_fireworks_bitmap_claims_meet_the_default_cap() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    total = 1 << 24
+    raw = _r3(2, total, 0, 0, selector=bytes(total // 8), matrix=b"")
+    text = base64.b64encode(zstandard.ZstdCompressor().compress(raw)).decode()
+    assert len(text) < 4096
+    with pytest.raises(DecodeError):
+        read(text, "fireworks-r3v1", num_layers=48, top_k=8)  # 6 GiB claimed, no max_elements given

@@ -19,7 +19,7 @@ from typing import Any, Final
 import numpy as np
 
 from r3wire._base64 import b64decode_strict, b64encode_text
-from r3wire._validate import check_element_count
+from r3wire._validate import check_element_count, check_shape
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.formats._common import (
     ReadOptions,
@@ -218,7 +218,7 @@ def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
     # The header's claims, checked before anything they size is inflated or allocated: the output array (all
     # tokens in BITMAP mode) against max_elements, and everything still to inflate against the 1 GiB cap.
     rows = total if mode == SELECTOR_BITMAP else replayed
-    check_element_count((rows, num_layers, top_k), opts.max_elements)
+    check_element_count(check_shape((rows, num_layers, top_k), "shape", ndim=3), opts.max_elements)
     body_len = selector_len + matrix_len
     if HEADER.size + body_len > MAX_DECOMPRESSED_BYTES:
         raise DecodeError.make(

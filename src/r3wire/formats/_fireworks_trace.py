@@ -22,7 +22,7 @@ from typing import Any, Final
 import numpy as np
 
 from r3wire._base64 import b64decode_strict
-from r3wire._validate import check_element_count, check_keys
+from r3wire._validate import check_element_count, check_keys, check_shape
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.formats._common import (
     ReadOptions,
@@ -147,7 +147,7 @@ def read_fireworks_matrices(payload: object, opts: ReadOptions) -> ReadResult:
     layers, top_k = opts.num_layers, opts.top_k
     tokens = len(payload)
     # Sized by the caller's shape before any allocation; the list itself is already in memory.
-    check_element_count((tokens, layers, top_k), opts.max_elements)
+    check_element_count(check_shape((tokens, layers, top_k), "shape", ndim=3), opts.max_elements)
     itemsize = 0
     for i, entry in enumerate(payload):
         if entry is None:
