@@ -336,3 +336,29 @@ def test_cli_never_prints_a_traceback(content: bytes) -> None:
                 assert "internal error" not in message, message
             else:
                 assert message == ""
+
+
+NPY_HEADER_TEXT = st.one_of(
+    st.text(max_size=120),
+    st.builds(
+        lambda descr, fortran, shape, extra: (
+            f"{{'descr': {descr}, 'fortran_order': {fortran}, 'shape': {shape}{extra}}}"
+        ),
+        st.sampled_from(["'|u1'", "'<u2'", "'|O'", "'<f4'", "[('a', '|u1')]", "1", "'|u1' * 3"]),
+        st.sampled_from(["False", "True", "0", "None"]),
+        st.one_of(
+            st.tuples(st.integers(-2, 2**64), st.integers(-2, 2**64), st.integers(-2, 2**64)).map(str),
+            st.sampled_from(["()", "(1,)", "[1, 1, 1]", "(1, 1, 1, 1)", "(True, 1, 1)", "(1.0, 1, 1)"]),
+        ),
+        st.sampled_from(["", ", 'x': 1", ", 10**10: 1", ", " + "1" * 4000 + ": 1"]),
+    ),
+)
+
+
+@given(header=NPY_HEADER_TEXT, version=st.sampled_from([1, 2, 3]), body=st.binary(max_size=16))
+def test_fuzzed_npy_header_text_raises_only_decode_error(header: str, version: int, body: bytes) -> None:
+    encoded = header.encode("utf-8" if version == 3 else "latin1", errors="replace")
+    length = len(encoded).to_bytes(2 if version == 1 else 4, "little")
+    raw = b"\x93NUMPY" + bytes([version, 0]) + length + encoded + body
+    _only_decode_error(raw, "vllm-npy")
+    _only_decode_error(base64.b64encode(raw).decode(), "vllm-npy")
