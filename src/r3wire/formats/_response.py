@@ -38,6 +38,28 @@ KEY_SGLANG_LOGPROBS: Final = "output_token_logprobs"  # SGLang meta_info: [[logp
 KEY_TOKEN_LOGPROBS: Final = "token_logprobs"  # OpenAI completions: logprobs.token_logprobs
 KEY_CONTENT: Final = "content"  # OpenAI chat and vLLM generate: logprobs.content[i].logprob
 _INT64_MAX: Final = (1 << 63) - 1
+# Per-token side channels no engine nests routes in: never walked, so a 32k-token body with logprobs content costs
+# the walk almost nothing (they are still read as token ids and logprobs when they sit beside the routes).
+_NO_ROUTES_KEYS: Final = frozenset(
+    {
+        "token_ids",
+        "output_ids",
+        "prompt_token_ids",
+        "prompt_ids",
+        "completion_ids",
+        "logprobs",
+        "top_logprobs",
+        "prompt_logprobs",
+        "input_token_logprobs",
+        "output_token_logprobs",
+        "input_top_logprobs",
+        "output_top_logprobs",
+    }
+)
+# Lists at least this long are first sorted out by the types they hold, in C: a list of numbers or strings
+# (token ids, text pieces) holds no routes and is skipped without a Python loop over it.
+_LONG_LIST: Final = 16
+_CONTAINERS: Final = frozenset({dict, list})
 
 
 _Context = tuple[tuple[Mapping[str, Any], tuple[object, ...]], ...]
@@ -75,13 +97,15 @@ def find_routes(root: object) -> Iterator[Found]:
             inner = (*context, (node, parts))
             children: list[tuple[bool, Any, tuple[object, ...], str | None, _Context]] = []
             for child_key, item in node.items():
-                child_parts = (*parts, child_key)
-                if child_key in ROUTES_FIELDS and item is not None:  # vLLM sends null when capture is off
-                    children.append((True, item, child_parts, child_key, inner))
-                elif isinstance(item, (Mapping, list)):
-                    children.append((False, item, child_parts, None, inner))
+                if child_key in ROUTES_FIELDS:
+                    if item is not None:  # vLLM sends null when capture is off
+                        children.append((True, item, (*parts, child_key), child_key, inner))
+                elif isinstance(item, (Mapping, list)) and child_key not in _NO_ROUTES_KEYS:
+                    children.append((False, item, (*parts, child_key), None, inner))
             stack.extend(reversed(children))
         elif isinstance(node, list):
+            if len(node) >= _LONG_LIST and not _CONTAINERS.intersection(map(type, node)):
+                continue
             # A list starts a new context: one choice's token ids never belong to its sibling's routes.
             stack.extend(
                 (False, item, (*parts, i), None, ())
