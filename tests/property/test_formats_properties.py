@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from _fuzzing import JSON_VALUES, decoded_or_none
+from _fuzzing import JSON_LEAVES, JSON_VALUES, decoded_or_none
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -362,3 +362,41 @@ def test_fuzzed_npy_header_text_raises_only_decode_error(header: str, version: i
     raw = b"\x93NUMPY" + bytes([version, 0]) + length + encoded + body
     _only_decode_error(raw, "vllm-npy")
     _only_decode_error(base64.b64encode(raw).decode(), "vllm-npy")
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if isinstance(_valid(n), str)] + ["raw-npy"])
+@given(fill=st.integers(0, 255))
+def test_results_never_alias_a_mutable_input(name: str, fill: int) -> None:
+    if name == "raw-npy":
+        out = io.BytesIO()
+        np.save(out, ROUTES.astype(np.uint8))
+        buffer, reader = bytearray(out.getvalue()), "vllm-npy"
+    else:
+        text = _valid(name)
+        assert isinstance(text, str)
+        buffer, reader = bytearray(text.encode("ascii")), name
+    result = read(buffer, reader, **SHAPE)
+    before = result.routes.copy()
+    buffer[:] = bytes([fill]) * len(buffer)  # the caller reuses its buffer
+    assert np.array_equal(result.routes, before)
+
+
+MANIFESTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "PayloadVersion": st.one_of(st.sampled_from(["r3/v1", "r3/v2", "r3/v0", "r3/v99999999999", ""]), JSON_LEAVES),
+        "Compression": st.one_of(st.sampled_from(["zstd", "ZSTD", "gzip", ""]), JSON_LEAVES),
+        "Extra": JSON_LEAVES,
+    },
+)
+
+
+@pytest.mark.skipif(zstandard is None, reason="fireworks-trace needs zstandard (the zstd extra)")
+@given(manifest=st.one_of(MANIFESTS, JSON_VALUES), data=st.one_of(st.just(None), JSON_LEAVES), drop=st.booleans())
+def test_mutated_fireworks_trace_raises_only_decode_error(manifest: Any, data: Any, drop: bool) -> None:
+    valid = write(ROUTES, "fireworks-trace")
+    obj = {"manifest": manifest, "data": valid["data"] if data is None else data}
+    if drop:
+        del obj["data"]
+    for reader in ("fireworks-trace", "auto"):
+        _only_decode_error(obj, reader)

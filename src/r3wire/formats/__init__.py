@@ -8,8 +8,8 @@
 
 Every reader applies the same checks as :func:`r3wire.decode_routes`: sizes before allocation, strict base64,
 no pickle, non-negative ids (NeMo-RL's all -1 missing-route rows and SGLang's -1 slots excepted), and
-raises :class:`DecodeError` for
-anything malformed. The formats and exactly what each accepts are specified in ``docs/formats.md``.
+raises :class:`DecodeError` for anything malformed. The formats and exactly what each accepts are specified in
+``docs/formats.md``.
 """
 
 from __future__ import annotations
@@ -276,6 +276,11 @@ def _detect_list(value: list[Any]) -> str:
         return "fireworks-matrices"
     if isinstance(first, list):
         return "json-lists"
+    if isinstance(first, Mapping):
+        raise DecodeError.make(
+            None, "a routes value (a list of objects is a batch of responses: pass it to read_response)",
+            f"a list of {len(value)} objects", raw=True,
+        )  # fmt: skip
     raise DecodeError.make(
         None,
         "nested lists of expert ids (json-lists) or base64 matrices and nulls (fireworks-matrices); an empty "
