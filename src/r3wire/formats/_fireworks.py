@@ -62,7 +62,7 @@ MAX_DECOMPRESSED_BYTES: Final = 1 << 30
 """The most an r3/v1 payload may inflate to (1 GiB: a 32k-token Kimi-K2 sequence is 32 MB)."""
 _U32: Final = (1 << 32) - 1
 _FIRST_CHUNK: Final = 1 << 16
-_SKIP_CHUNK: Final = 1 << 20
+_SKIP_CHUNK: Final = 1 << 16
 # RFC 8878 §3.1.2: skippable frames start 0x184D2A50..0x184D2A5F (little-endian), then a u32 frame size.
 SKIPPABLE_MAGIC_TAIL: Final = b"\x2a\x4d\x18"
 _SKIPPABLE_HEADER: Final = struct.Struct("<II")
