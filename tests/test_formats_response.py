@@ -286,3 +286,28 @@ def test_fireworks_bitmap_claims_meet_the_default_cap() -> None:
     assert len(text) < 4096
     with pytest.raises(DecodeError):
         read(text, "fireworks-r3v1", num_layers=48, top_k=8)  # 6 GiB claimed, no max_elements given
+
+
+def test_an_r3wire_dumps_body_reads_with_its_side_channels() -> None:
+    routes = np.array([[[1, 2]], [[3, 4]]], dtype=np.uint8)
+    body = r3wire.dumps(
+        {
+            "choices": [
+                {
+                    "token_ids": np.array([7, 8], dtype=np.int32),
+                    # Finite: dumps will refuse a NaN under "logprobs" (issue 12.6); either envelope kind reads.
+                    "logprobs": np.array([-0.5, -1.5], dtype=np.float32),
+                    "routed_experts": routes,
+                }
+            ]
+        },
+        num_experts=16,
+    )
+    (result,) = read_response(body)
+    assert (result.path, result.format, result.num_experts) == ("$.choices[0].routed_experts", "r3wire", 16)
+    assert result.routes.tolist() == routes.tolist()
+    assert result.token_ids is not None
+    assert result.token_ids.tolist() == [7, 8]
+    assert result.logprobs is not None
+    assert result.logprobs.tolist() == [-0.5, -1.5]
+    assert result.num_clamped == 0

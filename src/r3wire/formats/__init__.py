@@ -491,6 +491,7 @@ def read_response(
         R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path).
         ImportError: Fireworks routes without the ``zstd`` extra.
     """
+    limit = optional_max_elements(max_elements)
     if isinstance(body, (str, bytes, bytearray, memoryview)):
         body = load_json(body, what="a response body")
     results = []
@@ -512,12 +513,12 @@ def read_response(
             if found.key == KEY_ROUTED_EXPERTS and field.startswith(KEY_ROUTED_EXPERTS):
                 parts = parts[:-1]
             raise relocated(exc, parts) from exc
-        clamped = logprobs_near(found)
+        clamped = logprobs_near(found, max_elements=limit)
         results.append(
             dataclasses.replace(
                 result,
                 path=_path(found.parts),
-                token_ids=token_ids_near(found),
+                token_ids=token_ids_near(found, max_elements=limit),
                 logprobs=None if clamped is None else clamped.values,
                 num_clamped=0 if clamped is None else clamped.num_clamped,
             )

@@ -122,7 +122,7 @@ def relocated(error: R3WireError, where: Sequence[object] | str) -> R3WireError:
     return _relocate(error, path, prefix="" if index else None)
 
 
-def token_ids_near(found: Found) -> np.ndarray[Any, Any] | None:
+def token_ids_near(found: Found, *, max_elements: int | None = None) -> np.ndarray[Any, Any] | None:
     """The token ids in the nearest object around ``found`` that has them, as int64; None if none has.
 
     Raises:
@@ -131,14 +131,14 @@ def token_ids_near(found: Found) -> np.ndarray[Any, Any] | None:
     for obj, parts in reversed(found.context):
         for key in TOKEN_ID_KEYS:
             if key in obj and obj[key] is not None:
-                return _token_ids(obj[key], (*parts, key))
+                return _token_ids(obj[key], (*parts, key), max_elements)
     return None
 
 
-def _token_ids(value: object, parts: tuple[object, ...]) -> np.ndarray[Any, Any]:
+def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | None) -> np.ndarray[Any, Any]:
     if isinstance(value, Mapping) and value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # an r3wire dumps body
         try:
-            array = decode_array(value)
+            array = decode_array(value, max_elements=max_elements)
         except DecodeError as exc:
             raise relocated(exc, parts) from exc
         if array.dtype.kind not in "iu" or array.ndim != 1:
@@ -160,7 +160,7 @@ def _token_ids(value: object, parts: tuple[object, ...]) -> np.ndarray[Any, Any]
     return np.array(value, dtype=np.int64)
 
 
-def logprobs_near(found: Found) -> ClampResult | None:
+def logprobs_near(found: Found, *, max_elements: int | None = None) -> ClampResult | None:
     """The sampled logprobs in the nearest object around ``found`` that has them, clamped; None if none has.
 
     Understood: ``logprobs.content[i].logprob`` (OpenAI chat, vLLM generate), ``logprobs.token_logprobs``
@@ -176,7 +176,7 @@ def logprobs_near(found: Found) -> ClampResult | None:
             if value is None:
                 continue
             try:
-                result = _logprobs(key, value)
+                result = _logprobs(key, value, max_elements)
             except DecodeError as exc:
                 raise relocated(exc, (*parts, key)) from exc
             if result is not None:
@@ -184,7 +184,7 @@ def logprobs_near(found: Found) -> ClampResult | None:
     return None
 
 
-def _logprobs(key: str, value: object) -> ClampResult | None:
+def _logprobs(key: str, value: object, max_elements: int | None) -> ClampResult | None:
     if key == KEY_SGLANG_LOGPROBS:
         if not isinstance(value, list):
             raise DecodeError.make(None, "a list of [logprob, token_id, ...] entries", type(value).__name__, raw=True)
@@ -199,7 +199,12 @@ def _logprobs(key: str, value: object) -> ClampResult | None:
     if not isinstance(value, Mapping):
         raise DecodeError.make(None, "a logprobs object or list", type(value).__name__, raw=True)
     if value.get(KEY_SCHEMA) == LOGPROBS_SCHEMA.name:
-        return clamp_logprobs(decode_logprobs(value))
+        return clamp_logprobs(decode_logprobs(value, max_elements=max_elements))
+    if value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # dumps before it wrote logprobs as r3wire.logprobs
+        array = decode_array(value, max_elements=max_elements)
+        if array.dtype.kind != "f":
+            raise DecodeError.make(None, "a float array of logprobs", str(array.dtype), raw=True)
+        return clamp_logprobs(array)
     if KEY_CONTENT in value and value[KEY_CONTENT] is not None:
         return read_logprobs_content(value)
     token_logprobs = value.get(KEY_TOKEN_LOGPROBS)
