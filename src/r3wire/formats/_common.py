@@ -66,8 +66,9 @@ class ReadResult:
             ``None`` from :func:`~r3wire.formats.read`.
         token_ids: the token ids the response carries beside these routes (vLLM ``token_ids``, SGLang
             ``output_ids``) as int64, or ``None``.
-        logprobs: the sampled logprobs carried beside these routes as float64, non-finite and missing values
-            clamped to :data:`r3wire.LOGPROB_FLOOR`, or ``None``.
+        logprobs: the sampled logprobs carried beside these routes (float64 from JSON numbers; an r3wire
+            envelope's own float dtype), non-finite and missing values clamped to :data:`r3wire.LOGPROB_FLOOR`,
+            or ``None``.
         num_clamped: how many of ``logprobs`` were clamped (0 when there are none).
     """
 
