@@ -92,8 +92,6 @@ def _inspect(args: argparse.Namespace) -> int:
     if args.json:
         out = [summary.to_json() for summary in summaries] if is_response else summaries[0].to_json()
         sys.stdout.buffer.write(orjson.dumps(out) + b"\n")
-    elif not summaries:
-        print("no routes in this response")
     else:
         print("\n\n".join(summary.to_text() for summary in summaries))
     return 0
