@@ -311,3 +311,15 @@ def test_an_r3wire_dumps_body_reads_with_its_side_channels() -> None:
     assert result.logprobs is not None
     assert result.logprobs.tolist() == [-0.5, -1.5]
     assert result.num_clamped == 0
+
+
+def test_dynamo_with_an_sglang_backend_forwards_the_bare_string() -> None:
+    # dynamo copies meta_info["routed_experts"] into nvext without routed_experts_dtype: int32 on the wire.
+    routes = np.array([[[3, -1], [4, 5]]], dtype=np.int32)
+    body = {
+        "choices": [{"index": 0, "message": {"content": "a"}}],
+        "nvext": {"routed_experts": write(routes, "sglang")},
+    }
+    (result,) = read_response(body, num_layers=2, top_k=2)
+    assert (result.path, result.format) == ("$.nvext.routed_experts", "sglang")
+    assert result.routes.tolist() == routes.tolist()
