@@ -323,3 +323,14 @@ def test_dynamo_with_an_sglang_backend_forwards_the_bare_string() -> None:
     (result,) = read_response(body, num_layers=2, top_k=2)
     assert (result.path, result.format) == ("$.nvext.routed_experts", "sglang")
     assert result.routes.tolist() == routes.tolist()
+
+
+@pytest.mark.parametrize("name", ["fireworks-trace", "fireworks-matrices", "json-lists"])
+def test_new_formats_read_their_json_text(name: str) -> None:
+    if name == "fireworks-trace":
+        pytest.importorskip("zstandard")
+    routes = np.arange(8, dtype=np.uint8).reshape(2, 2, 2)
+    text = orjson.dumps(write(routes, name))
+    for payload in (text, text.decode()):
+        assert read(payload, name, num_layers=2, top_k=2).routes.tolist() == routes.tolist()
+        assert read(payload, num_layers=2, top_k=2).format == name

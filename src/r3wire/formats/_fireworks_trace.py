@@ -22,7 +22,7 @@ from typing import Any, Final
 import numpy as np
 
 from r3wire._base64 import b64decode_strict
-from r3wire._validate import check_element_count, check_keys, check_shape
+from r3wire._validate import check_element_count, check_keys, check_shape, load_object
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.formats._common import (
     ReadOptions,
@@ -65,8 +65,7 @@ def read_fireworks_trace(payload: object, opts: ReadOptions) -> ReadResult:
         DecodeError: the wrapper or its manifest is malformed (unknown keys, a ``Compression`` other than
             ``"zstd"``), or the r3/v1 payload inside is.
     """
-    if not isinstance(payload, Mapping):
-        raise DecodeError.make(None, 'a Fireworks trace payload {"manifest", "data"}', type(payload).__name__, raw=True)
+    payload = load_object(payload, what='a Fireworks trace payload {"manifest", "data"}')
     check_keys(payload, required=(KEY_MANIFEST, KEY_DATA))
     manifest = payload[KEY_MANIFEST]
     if not isinstance(manifest, Mapping):
