@@ -12,6 +12,7 @@ import numpy as np
 import orjson
 import pytest
 
+from r3wire import decode_routes, encode_routes
 from r3wire.cli import main
 from r3wire.formats import read, write
 from r3wire.synthetic import synthetic_routes
@@ -149,3 +150,89 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert main(["inspect", "--plot", str(image), path]) == 0
     assert image.read_bytes().startswith(b"\x89PNG")
     assert "prime-rl" in capsys.readouterr().out
+
+
+def _response(routes: Any = ROUTES) -> dict[str, Any]:
+    """A two-choice vLLM generate body: the second choice has no token ids or logprobs."""
+    return {
+        "choices": [
+            {
+                "index": 0,
+                "token_ids": [1, 2, 3],
+                "logprobs": {"content": [{"logprob": -0.5}, {"logprob": None}, {"logprob": -1.0}]},
+                "routed_experts": write(routes, "vllm-npy"),
+            },
+            {"index": 1, "routed_experts": write(routes[:5], "skyrl")},
+        ]
+    }
+
+
+def test_inspect_a_whole_response_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, _response())
+    assert main(["inspect", "--json", path]) == 0
+    first, second = orjson.loads(capsys.readouterr().out)
+    assert (first["path"], first["format"], first["shape"]) == ("$.choices[0].routed_experts", "vllm-npy", [40, 4, 2])
+    assert (first["tokens"], first["logprobs"], first["logprobs_clamped"]) == (3, 3, 1)
+    assert (second["path"], second["format"], second["shape"]) == ("$.choices[1].routed_experts", "skyrl", [5, 4, 2])
+    assert second["tokens"] is None
+
+
+def test_inspect_a_whole_response_as_text(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, _response())
+    assert main(["inspect", path]) == 0
+    out = capsys.readouterr().out
+    assert "routes at     $.choices[0].routed_experts" in out
+    assert "routes at     $.choices[1].routed_experts" in out
+    assert "1 clamped" in out
+
+
+def test_inspect_shows_num_experts_and_bits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, encode_routes(ROUTES, num_experts=64, pack_bits=True))
+    assert main(["inspect", "--json", path]) == 0
+    report = orjson.loads(capsys.readouterr().out)
+    assert (report["num_experts"], report["bits"]) == (64, 6)
+    assert main(["inspect", path]) == 0
+    out = capsys.readouterr().out
+    assert "num_experts   64" in out
+    assert "bits          6" in out
+
+
+def test_convert_keeps_num_experts_and_packing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, encode_routes(ROUTES, num_experts=64, pack_bits=True))
+    assert main(["convert", path]) == 0
+    envelope = orjson.loads(capsys.readouterr().out)
+    assert (envelope["num_experts"], envelope["bits"]) == (64, 6)
+    assert np.array_equal(decode_routes(envelope), ROUTES)
+
+
+def test_convert_pack_bits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, write(ROUTES, "nemo-rl"))
+    assert main(["convert", "--pack-bits", "--num-experts", "64", path]) == 0
+    envelope = orjson.loads(capsys.readouterr().out)
+    assert envelope["bits"] == 6
+    assert np.array_equal(decode_routes(envelope), ROUTES)
+    assert main(["convert", "--pack-bits", "--to", "prime-rl", path]) == 2
+    assert "pack_bits" in capsys.readouterr().err
+
+
+def test_convert_a_response_writes_one_line_per_routes_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _file(tmp_path, _response())
+    assert main(["convert", "--to", "prime-rl", path]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [read(orjson.loads(line), "prime-rl").routes.shape[0] for line in lines] == [40, 5]
+
+
+@pytest.mark.filterwarnings(r"ignore:'\w+' deprecated - use:DeprecationWarning")
+def test_plot_says_where_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("matplotlib")
+    image = tmp_path / "load.png"
+    assert main(["inspect", "--plot", str(image), _file(tmp_path, write(ROUTES, "prime-rl"))]) == 0
+    assert str(image) in capsys.readouterr().err
+    assert main(["inspect", "--plot", str(image), _file(tmp_path, _response(), "body")]) == 0
+    err = capsys.readouterr().err
+    for index in (0, 1):
+        written = tmp_path / f"load-{index}.png"
+        assert str(written) in err
+        assert written.read_bytes().startswith(b"\x89PNG")

@@ -140,16 +140,21 @@ def test_vector_files_are_listed() -> None:
 
 KNOWN_VECTOR_FILES = [
     "arrays-v1.json",
+    "formats-fireworks-matrices-v1.json",
     "formats-fireworks-r3v1-v1.json",
+    "formats-fireworks-trace-v1.json",
+    "formats-json-lists-v1.json",
     "formats-nemo-rl-v1.json",
     "formats-prime-rl-b85-v1.json",
     "formats-prime-rl-v1.json",
+    "formats-sglang-placeholders-v1.json",
     "formats-sglang-v1.json",
     "formats-skyrl-v1.json",
     "formats-vllm-npy-v1.json",
     "frame-v1.json",
     "hostile-v1.json",
     "logprobs-v1.json",
+    "response-engines-v1.json",
     "routes-v1-packed.json",
     "routes-v1.json",
 ]

@@ -26,6 +26,7 @@ __all__ = [
     "check_keys",
     "check_shape",
     "extent",
+    "load_json",
     "load_object",
     "optional_max_elements",
 ]
@@ -163,34 +164,44 @@ def check_element_count(shape: Sequence[int], max_elements: int | None, field: s
     return math.prod(shape)
 
 
-def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
-    """Return ``payload`` as a JSON object: a mapping as is, or JSON text (``str`` or bytes-like) parsed.
+def load_json(payload: str | bytes | bytearray | memoryview, *, what: str = "payload") -> Any:
+    """Parse JSON text (``str`` or bytes-like) of any value: orjson's strictness (UTF-8, no NaN, bounded depth),
+    and no object in it may name a member twice.
 
-    Text in which any object names a member twice is refused: JSON parsers disagree on which value wins (orjson
-    and Python keep the last, others the first), so two readers of one payload could decode different arrays.
+    Duplicates are refused because JSON parsers disagree on which value wins (orjson and Python keep the last,
+    others the first), so two readers of one payload could decode different arrays.
+
+    Raises:
+        DecodeError: the text is not valid JSON or names a member twice.
+    """
+    if isinstance(payload, memoryview) and not (payload.c_contiguous and payload.itemsize == 1 and payload.ndim == 1):
+        raise DecodeError.make(None, f"JSON text ({what})", f"a memoryview of format {payload.format!r}", raw=True)
+    try:
+        parsed = orjson.loads(payload)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError.make(None, f"JSON text ({what})", f"invalid JSON: {exc}", raw=True) from exc
+    # A memoryview has no find(): scan a copy (the rare input type; str and bytes are scanned in place).
+    duplicate = _repeated_member(payload.tobytes() if isinstance(payload, memoryview) else payload, parsed)
+    if duplicate is not None:
+        raise DecodeError.make(
+            None, f"JSON text naming each member once ({what})", f"member {describe(duplicate)} twice", raw=True
+        )
+    return parsed
+
+
+def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
+    """Return ``payload`` as a JSON object: a mapping as is, or JSON text (``str`` or bytes-like) parsed by
+    :func:`load_json` (so text naming a member twice is refused).
 
     Raises:
         DecodeError: the text is not valid JSON, not an object, or names a member twice.
     """
     if isinstance(payload, Mapping):
         return payload
-    if isinstance(payload, memoryview) and not (payload.c_contiguous and payload.itemsize == 1 and payload.ndim == 1):
-        raise DecodeError.make(
-            None, f"JSON text of an object ({what})", f"a memoryview of format {payload.format!r}", raw=True
-        )
     if isinstance(payload, (str, bytes, bytearray, memoryview)):
-        try:
-            parsed = orjson.loads(payload)
-        except orjson.JSONDecodeError as exc:
-            raise DecodeError.make(None, f"JSON text of an object ({what})", f"invalid JSON: {exc}", raw=True) from exc
+        parsed = load_json(payload, what=what)
         if not isinstance(parsed, dict):
             raise DecodeError.make(None, f"a JSON object ({what})", f"a JSON {type(parsed).__name__}", raw=True)
-        # A memoryview has no find(): scan a copy (the rare input type; str and bytes are scanned in place).
-        duplicate = _repeated_member(payload.tobytes() if isinstance(payload, memoryview) else payload, parsed)
-        if duplicate is not None:
-            raise DecodeError.make(
-                None, f"a JSON object naming each member once ({what})", f"member {describe(duplicate)} twice", raw=True
-            )
         return parsed
     raise DecodeError.make(None, f"a JSON object or its text ({what})", type(payload).__name__, raw=True)
 

@@ -12,6 +12,9 @@ from r3wire.errors import R3WireError
 
 __all__ = ["main"]
 
+_PROG = "r3wire"
+_MAX_MESSAGE = 2000
+
 
 def _demo(args: argparse.Namespace) -> int:
     from r3wire.demo import run_demo  # noqa: PLC0415  # keep `r3wire --help` fast
@@ -27,20 +30,37 @@ def _demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_input(args: argparse.Namespace) -> tuple[Any, int]:
+def _read_input(args: argparse.Namespace) -> tuple[list[Any], int, bool]:
+    """The file's routes: every routes field of a whole response (with its path), or the one payload it holds.
+
+    Returns the results, the file size, and whether the file was read as a response body.
+    """
     from r3wire import formats  # noqa: PLC0415
     from r3wire.formats._inspect import load_payload  # noqa: PLC0415
 
     raw = sys.stdin.buffer.read() if args.file == "-" else _read_file(args.file)
+    payload = load_payload(raw)
+    if args.format == "auto" and args.dtype is None and isinstance(payload, (str, bytes)) and _is_json(payload):
+        results = formats.read_response(
+            payload, num_layers=args.num_layers, top_k=args.top_k, num_experts=args.num_experts
+        )
+        # A bare envelope is found at "$": it is one payload, not a response.
+        if any(result.path != "$" for result in results):
+            return results, len(raw), True
     result = formats.read(
-        load_payload(raw),
+        payload,
         args.format,
         num_layers=args.num_layers,
         top_k=args.top_k,
         dtype=args.dtype,
         num_experts=args.num_experts,
     )
-    return result, len(raw)
+    return [result], len(raw), False
+
+
+def _is_json(payload: str | bytes) -> bool:
+    head = payload[:1]
+    return head in ("{", "[", b"{", b"[")
 
 
 def _read_file(path: str) -> bytes:
@@ -48,19 +68,32 @@ def _read_file(path: str) -> bytes:
         return handle.read()
 
 
+def _plot_path(path: str, index: int, count: int) -> str:
+    if count == 1:
+        return path
+    stem, dot, suffix = path.rpartition(".")
+    return f"{stem}-{index}.{suffix}" if dot and "/" not in suffix else f"{path}-{index}"
+
+
 def _inspect(args: argparse.Namespace) -> int:
     import orjson  # noqa: PLC0415
 
     from r3wire.formats._inspect import plot_load, summarize  # noqa: PLC0415
 
-    result, size = _read_input(args)
-    summary = summarize(result, size)
+    results, size, is_response = _read_input(args)
+    summaries = [summarize(result, size) for result in results]
     if args.plot:
-        plot_load(summary, args.plot)
+        for index, summary in enumerate(summaries):
+            where = _plot_path(args.plot, index, len(summaries))
+            plot_load(summary, where)
+            print(
+                f"{_PROG}: wrote the expert load heatmap of {summary.path or 'the payload'} to {where}", file=sys.stderr
+            )
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(summary.to_json()) + b"\n")
+        out = [summary.to_json() for summary in summaries] if is_response else summaries[0].to_json()
+        sys.stdout.buffer.write(orjson.dumps(out) + b"\n")
     else:
-        print(summary.to_text())
+        print("\n\n".join(summary.to_text() for summary in summaries))
     return 0
 
 
@@ -69,9 +102,17 @@ def _convert(args: argparse.Namespace) -> int:
 
     from r3wire import formats  # noqa: PLC0415
 
-    result, _ = _read_input(args)
-    out = formats.write(result, args.to, dtype=args.to_dtype, num_experts=args.num_experts)
-    sys.stdout.buffer.write((orjson.dumps(out) if isinstance(out, dict) else out.encode("ascii")) + b"\n")
+    results, _, _ = _read_input(args)
+    # One line per routes field: a response with several choices converts to several payloads, in order.
+    for result in results:
+        out = formats.write(
+            result,
+            args.to,
+            dtype=args.to_dtype,
+            num_experts=args.num_experts,
+            pack_bits=True if args.pack_bits else None,
+        )
+        sys.stdout.buffer.write((out.encode("ascii") if isinstance(out, str) else orjson.dumps(out)) + b"\n")
     return 0
 
 
@@ -91,7 +132,7 @@ def _add_input_arguments(command: argparse.ArgumentParser, format_names: Sequenc
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``r3wire`` command."""
-    parser = argparse.ArgumentParser(prog="r3wire", description="Wire codec for MoE routed-expert arrays.")
+    parser = argparse.ArgumentParser(prog=_PROG, description="Wire codec for MoE routed-expert arrays.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     demo = commands.add_parser("demo", help="compare r3wire with JSON lists on a realistic generated rollout")
     demo.add_argument("--tokens", type=int, default=4096, help="token positions (default: 4096)")
@@ -102,10 +143,26 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(handler=_demo)
 
     # Format names are listed here without importing r3wire.formats, so `r3wire --help` stays fast.
-    format_names = ["r3wire", "skyrl", "sglang", "vllm-npy", "nemo-rl", "prime-rl", "prime-rl-b85", "fireworks-r3v1"]
+    format_names = [
+        "r3wire",
+        "skyrl",
+        "sglang",
+        "vllm-npy",
+        "nemo-rl",
+        "prime-rl",
+        "prime-rl-b85",
+        "fireworks-r3v1",
+        "fireworks-trace",
+        "fireworks-matrices",
+        "json-lists",
+    ]
     inspect = commands.add_parser("inspect", help="show a routed-experts payload's format, shape, ids and load")
     _add_input_arguments(inspect, format_names)
-    inspect.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    inspect.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON instead of text (a list, one object per routes field, for a response)",
+    )
     inspect.add_argument("--plot", metavar="FILE.png", help="draw the layers x experts load heatmap (needs matplotlib)")
     inspect.set_defaults(handler=_inspect)
 
@@ -113,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_input_arguments(convert, format_names)
     convert.add_argument("--to", default="r3wire", choices=format_names, help="the output format (default: r3wire)")
     convert.add_argument("--to-dtype", help="the output element type, where the format allows a choice")
+    convert.add_argument(
+        "--pack-bits", action="store_true", help="r3wire output: bit-packed ids (kept anyway when the input was packed)"
+    )
     convert.set_defaults(handler=_convert)
     return parser
 
@@ -129,7 +189,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except (R3WireError, OSError, ImportError) as exc:
         # Bad input is the user's to fix, not ours to debug: one line, no traceback, argparse's exit status.
-        message = " ".join(str(exc).split())
-        print(f"{parser.prog}: error: {message}", file=sys.stderr)
+        _error(parser.prog, str(exc))
+        return 2
+    except (Exception, RecursionError) as exc:  # the promise: never a traceback, whatever the file
+        _error(parser.prog, f"internal error {type(exc).__name__} (please report this input): {exc}")
         return 2
     return code
+
+
+def _error(prog: str, message: str) -> None:
+    text = " ".join(message.split())
+    print(f"{prog}: error: {text[:_MAX_MESSAGE]}", file=sys.stderr)

@@ -4,18 +4,24 @@ reader keeps the fuzzing promise: any input is either read or raises DecodeError
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
+import json
+import struct
+import tempfile
+import tracemalloc
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
-from _fuzzing import JSON_VALUES, decoded_or_none
+from _fuzzing import JSON_LEAVES, JSON_VALUES, decoded_or_none
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from r3wire.formats import FORMATS, ReadResult, read, write
+from r3wire.cli import main
+from r3wire.formats import FORMATS, ReadResult, read, read_response, write
 
 pytestmark = pytest.mark.property
 
@@ -26,7 +32,7 @@ except ImportError:  # the fireworks-r3v1 properties skip; the rest still run
 
 NAMES = [name for name, fmt in FORMATS.items() if fmt.extra is None or zstandard is not None]
 # The largest id each format can carry (NeMo-RL, SGLang, prime-rl-b85 and the envelopes reach int32).
-HIGHEST = {"fireworks-r3v1": 65535}
+HIGHEST = {"fireworks-r3v1": 65535, "fireworks-trace": 65535, "fireworks-matrices": 65535}
 SOURCE_DTYPES = ["u1", "<u2", ">u2", "<i2", "<i4", ">i4", "<i8", ">u8"]
 
 
@@ -63,6 +69,8 @@ def test_round_trip(name: str, data: st.DataObject) -> None:
     assert result.routes.flags.writeable
     # An empty base85 {data, shape} is indistinguishable from an empty prime-rl one; auto reads it as prime-rl.
     detected = "prime-rl" if name == "prime-rl-b85" and routes.size == 0 else name
+    if payload == []:
+        return  # an empty list is json-lists or fireworks-matrices: only a named format reads it
     assert read(payload, **_shape_args(routes)).format == detected
 
 
@@ -200,3 +208,195 @@ def test_claimed_shapes_never_allocate_beyond_the_text(shape: list[int], dtype: 
         (f"nrlre1:int16:{shape[0]}x{shape[1]}x{shape[2]}:AAAAAAAA", "nemo-rl"),
     ):
         _only_decode_error(payload, name)
+
+
+# --- whole responses, hostile sizes, the command line ----------------------------------------------------------
+
+
+ROUTES_VALUES = st.one_of(
+    FIELD_VALUES,
+    st.sampled_from([_valid(n) for n in NAMES if n not in ("sglang", "fireworks-r3v1", "fireworks-trace")]),
+    st.just("nrlre1:int16:1x2x2:AAAAAAAAAAA="),
+    st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=3),
+)
+ROUTES_KEYS = ["routed_experts", "router_replay", "routing_matrices", "token_ids", "output_ids", "logprobs"]
+
+
+@st.composite
+def bodies(draw: st.DrawFn) -> Any:
+    """A JSON document with routes-like fields planted at random depths."""
+    body = draw(JSON_VALUES)
+    for _ in range(draw(st.integers(1, 3))):
+        holder = {draw(st.sampled_from(ROUTES_KEYS)): draw(ROUTES_VALUES)}
+        wrapper = draw(st.sampled_from(["choices", "meta_info", "message", "nvext", "payloads", None]))
+        planted: Any = holder if wrapper is None else {wrapper: [holder] if wrapper == "choices" else holder}
+        body = [body, planted] if not isinstance(body, dict) else {**body, f"k{len(body)}": planted}
+    return body
+
+
+@given(body=st.one_of(JSON_VALUES, bodies()))
+def test_read_response_gives_results_or_decode_error(body: Any) -> None:
+    results = decoded_or_none(lambda: read_response(body, **SHAPE))
+    if results is not None:
+        for result in results:
+            assert isinstance(result, ReadResult)
+            assert result.path is not None
+            assert result.path.startswith("$")
+            assert result.routes.ndim == 3
+    if isinstance(body, (dict, list)) and _jsonable(body):  # a str body is JSON text, not a parsed value
+        text_results = decoded_or_none(lambda: read_response(orjson.dumps(body), **SHAPE))
+        assert (results is None) == (text_results is None)
+
+
+def _peak_of(call: Any) -> tuple[int, Any]:
+    tracemalloc.start()
+    try:
+        result = decoded_or_none(call)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, result
+
+
+def _within_budget(payload_size: int, peak: int, result: Any) -> bool:
+    # What a reader may hold: its input a few times over, the output it returns (twice while filling it), and a
+    # fixed allowance for interpreter and parser overhead. Never the header's unverified claims.
+    out = 0 if result is None else int(result.routes.nbytes) + (0 if result.mask is None else int(result.mask.nbytes))
+    return peak <= 64 * payload_size + 2 * out + (1 << 20)
+
+
+@pytest.mark.skipif(zstandard is None, reason="fireworks-r3v1 needs zstandard (the zstd extra)")
+@given(
+    mode=st.integers(0, 3),
+    total=st.integers(0, 1 << 20),
+    replayed=st.integers(0, 1 << 20),
+    selector=st.integers(0, 1 << 21),
+    matrix=st.integers(0, 1 << 16),
+)
+def test_fireworks_header_claims_never_amplify_memory(
+    mode: int, total: int, replayed: int, selector: int, matrix: int
+) -> None:
+    assert zstandard is not None
+    header = struct.pack("<4sBBBBIIIIQ", b"R3V1", 1, mode, 1, 1, total, replayed, 0, selector, matrix)
+    blob = zstandard.ZstdCompressor().compress(header + bytes(selector + matrix))
+    for name, payload in (
+        ("fireworks-r3v1", blob),
+        (
+            "fireworks-trace",
+            {"manifest": {"PayloadVersion": "r3/v1", "Compression": "zstd"}, "data": base64.b64encode(blob).decode()},
+        ),
+    ):
+        peak, result = _peak_of(lambda p=payload, n=name: read(p, n, num_layers=2, top_k=2, max_elements=1 << 22))
+        assert _within_budget(len(blob), peak, result)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(shape=st.lists(st.integers(0, 2**40), min_size=3, max_size=3), data=st.data())
+def test_claimed_sizes_never_amplify_memory(name: str, shape: list[int], data: st.DataObject) -> None:
+    rows, layers, top_k = shape
+    valid = write(ROUTES, name)
+    candidates: list[Any] = [valid]
+    if isinstance(valid, dict):
+        candidates.append({**valid, "shape": shape})
+    if name == "nemo-rl":
+        candidates.append(f"nrlre1:int16:{rows}x{layers}x{top_k}:AAAA")
+    if name == "json-lists":
+        candidates.append([[[0] * min(top_k, 64)] * min(layers, 64)] * min(rows, 64))
+    if name == "fireworks-matrices":
+        candidates.append([None] * min(rows, 4096))
+    payload = data.draw(st.sampled_from(candidates))
+    size = len(orjson.dumps(payload)) if not isinstance(payload, str) else len(payload)
+    peak, result = _peak_of(lambda: read(payload, name, **SHAPE, max_elements=1 << 22))
+    assert _within_budget(size, peak, result)
+
+
+def _json_bytes(value: Any) -> bytes:
+    # The stdlib writes integers beyond 64 bits, which orjson refuses to: hostile files have them too.
+    return json.dumps(value).encode()
+
+
+@given(st.one_of(st.binary(max_size=200), JSON_VALUES.map(_json_bytes), bodies().map(_json_bytes)))
+def test_cli_never_prints_a_traceback(content: bytes) -> None:
+    with tempfile.NamedTemporaryFile(suffix=".json") as handle:
+        handle.write(content)
+        handle.flush()
+        for argv in (
+            ["inspect", handle.name],
+            ["inspect", "--json", handle.name, "--num-layers", "2", "--top-k", "2"],
+            ["convert", handle.name],
+        ):
+            out, err = io.TextIOWrapper(io.BytesIO()), io.StringIO()  # --json writes to stdout.buffer
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                code = main(argv)
+            message = err.getvalue()
+            assert code in (0, 2)
+            if code == 2:
+                assert message.count("\n") == 1
+                assert message.startswith("r3wire: error: ")
+                assert "internal error" not in message, message
+            else:
+                assert message == ""
+
+
+NPY_HEADER_TEXT = st.one_of(
+    st.text(max_size=120),
+    st.builds(
+        lambda descr, fortran, shape, extra: (
+            f"{{'descr': {descr}, 'fortran_order': {fortran}, 'shape': {shape}{extra}}}"
+        ),
+        st.sampled_from(["'|u1'", "'<u2'", "'|O'", "'<f4'", "[('a', '|u1')]", "1", "'|u1' * 3"]),
+        st.sampled_from(["False", "True", "0", "None"]),
+        st.one_of(
+            st.tuples(st.integers(-2, 2**64), st.integers(-2, 2**64), st.integers(-2, 2**64)).map(str),
+            st.sampled_from(["()", "(1,)", "[1, 1, 1]", "(1, 1, 1, 1)", "(True, 1, 1)", "(1.0, 1, 1)"]),
+        ),
+        st.sampled_from(["", ", 'x': 1", ", 10**10: 1", ", " + "1" * 4000 + ": 1"]),
+    ),
+)
+
+
+@given(header=NPY_HEADER_TEXT, version=st.sampled_from([1, 2, 3]), body=st.binary(max_size=16))
+def test_fuzzed_npy_header_text_raises_only_decode_error(header: str, version: int, body: bytes) -> None:
+    encoded = header.encode("utf-8" if version == 3 else "latin1", errors="replace")
+    length = len(encoded).to_bytes(2 if version == 1 else 4, "little")
+    raw = b"\x93NUMPY" + bytes([version, 0]) + length + encoded + body
+    _only_decode_error(raw, "vllm-npy")
+    _only_decode_error(base64.b64encode(raw).decode(), "vllm-npy")
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if isinstance(_valid(n), str)] + ["raw-npy"])
+@given(fill=st.integers(0, 255))
+def test_results_never_alias_a_mutable_input(name: str, fill: int) -> None:
+    if name == "raw-npy":
+        out = io.BytesIO()
+        np.save(out, ROUTES.astype(np.uint8))
+        buffer, reader = bytearray(out.getvalue()), "vllm-npy"
+    else:
+        text = _valid(name)
+        assert isinstance(text, str)
+        buffer, reader = bytearray(text.encode("ascii")), name
+    result = read(buffer, reader, **SHAPE)
+    before = result.routes.copy()
+    buffer[:] = bytes([fill]) * len(buffer)  # the caller reuses its buffer
+    assert np.array_equal(result.routes, before)
+
+
+MANIFESTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "PayloadVersion": st.one_of(st.sampled_from(["r3/v1", "r3/v2", "r3/v0", "r3/v99999999999", ""]), JSON_LEAVES),
+        "Compression": st.one_of(st.sampled_from(["zstd", "ZSTD", "gzip", ""]), JSON_LEAVES),
+        "Extra": JSON_LEAVES,
+    },
+)
+
+
+@pytest.mark.skipif(zstandard is None, reason="fireworks-trace needs zstandard (the zstd extra)")
+@given(manifest=st.one_of(MANIFESTS, JSON_VALUES), data=st.one_of(st.just(None), JSON_LEAVES), drop=st.booleans())
+def test_mutated_fireworks_trace_raises_only_decode_error(manifest: Any, data: Any, drop: bool) -> None:
+    valid = write(ROUTES, "fireworks-trace")
+    obj = {"manifest": manifest, "data": valid["data"] if data is None else data}
+    if drop:
+        del obj["data"]
+    for reader in ("fireworks-trace", "auto"):
+        _only_decode_error(obj, reader)

@@ -1,17 +1,22 @@
 """Read and write every engine's routed-experts format with one API.
 
     >>> from r3wire import formats
+    >>> results = formats.read_response(response.content)          # every routes field of a whole body
     >>> result = formats.read(choice["routed_experts"])            # format detected: vLLM's base64 .npy
     >>> result.routes.shape, result.routes.dtype, result.start
     >>> formats.write(result.routes, "prime-rl", start=17)          # what a prime-rl client expects
 
 Every reader applies the same checks as :func:`r3wire.decode_routes`: sizes before allocation, strict base64,
-no pickle, non-negative ids (NeMo-RL's all -1 missing-route rows excepted), and raises :class:`DecodeError` for
-anything malformed. The formats and exactly what each accepts are specified in ``docs/formats.md``.
+no pickle, non-negative ids (NeMo-RL's all -1 missing-route rows and SGLang's -1 slots excepted), and
+raises :class:`DecodeError` for anything malformed. The formats and exactly what each accepts are specified in
+``docs/formats.md``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, overload
@@ -20,9 +25,9 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
-from r3wire._validate import check_int, check_shape, load_object, optional_max_elements
+from r3wire._validate import check_int, check_shape, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
-from r3wire.formats._common import MISSING_ROUTE, ReadOptions, ReadResult, WriteOptions
+from r3wire.formats._common import MISSING_ROUTE, ReadOptions, ReadResult, WriteOptions, load_json
 from r3wire.formats._envelopes import (
     PRIME_RL_DTYPES,
     read_prime_rl,
@@ -36,14 +41,32 @@ from r3wire.formats._envelopes import (
 )
 from r3wire.formats._fireworks import (
     MAX_DECOMPRESSED_BYTES,
+    SKIPPABLE_MAGIC_TAIL,
     ZSTD_MAGIC,
     ZSTD_MAGIC_B64,
     read_fireworks,
     write_fireworks,
 )
+from r3wire.formats._fireworks_trace import (
+    KEY_MANIFEST,
+    read_fireworks_matrices,
+    read_fireworks_trace,
+    write_fireworks_matrices,
+    write_fireworks_trace,
+)
+from r3wire.formats._lists import read_json_lists, write_json_lists
 from r3wire.formats._nemo_rl import NEMO_RL_MAGIC, read_nemo_rl, write_nemo_rl
 from r3wire.formats._npy import NPY_MAGIC, NPY_MAGIC_B64, read_vllm_npy, write_vllm_npy
+from r3wire.formats._response import (
+    KEY_ROUTED_EXPERTS,
+    KEY_ROUTED_EXPERTS_DTYPE,
+    find_routes,
+    logprobs_near,
+    relocated,
+    token_ids_near,
+)
 from r3wire.formats._sglang import SGLANG_DTYPES, read_sglang, write_sglang
+from r3wire.response import _path
 from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_SCHEMA, KEY_SHAPE, KEY_VERSION
 
 __all__ = [
@@ -54,6 +77,7 @@ __all__ = [
     "ReadResult",
     "detect",
     "read",
+    "read_response",
     "write",
 ]
 
@@ -78,7 +102,7 @@ class Format:
 
 
 _Reader = Callable[[object, ReadOptions], ReadResult]
-_Writer = Callable[[object, WriteOptions], "str | dict[str, Any]"]
+_Writer = Callable[[object, WriteOptions], "str | dict[str, Any] | list[Any]"]
 
 _TABLE: Final[tuple[tuple[Format, _Reader, _Writer], ...]] = (
     (
@@ -127,6 +151,33 @@ _TABLE: Final[tuple[tuple[Format, _Reader, _Writer], ...]] = (
         read_fireworks,
         write_fireworks,
     ),
+    (
+        Format(
+            name="fireworks-trace",
+            summary='Fireworks trace API payloads.router_replay: {"manifest": {"PayloadVersion": "r3/v1", '
+            '"Compression": "zstd"}, "data": r3/v1}',
+            carries_start=True,
+            needs_shape=True,
+            extra="zstd",
+        ),
+        read_fireworks_trace,
+        write_fireworks_trace,
+    ),
+    (
+        Format(
+            name="fireworks-matrices",
+            summary="Fireworks decoder / rLLM routing_matrices: one base64 [layers, top_k] matrix or null per token",
+            carries_start=True,
+            needs_shape=True,
+        ),
+        read_fireworks_matrices,
+        write_fireworks_matrices,
+    ),
+    (
+        Format(name="json-lists", summary="nested JSON int lists [rows][layers][top_k] (NeMo-RL legacy, verifiers)"),
+        read_json_lists,
+        write_json_lists,
+    ),
 )
 
 FORMATS: Final[Mapping[str, Format]] = {fmt.name: fmt for fmt, _, _ in _TABLE}
@@ -136,6 +187,12 @@ _WRITERS: Final[Mapping[str, _Writer]] = {fmt.name: writer for fmt, _, writer in
 _SKYRL_DTYPES: Final = ("uint8", "int16", "int32")
 _B85_CHARS_PER_ID: Final = 5
 _SNIFF: Final = 64
+_SHOWN_PATHS: Final = 3
+# Readers that take the object holding routed_experts themselves (SGLang needs routed_experts_dtype beside it).
+_HOLDER_READERS: Final = ("sglang", "vllm-npy")
+# Formats whose writer keeps a partial mask, start and total_tokens (the others refuse what they cannot carry).
+_MASKED: Final = ("nemo-rl", "fireworks-r3v1", "fireworks-trace", "fireworks-matrices")
+_FIREWORKS: Final = ("fireworks-r3v1", "fireworks-trace", "fireworks-matrices")
 
 
 def _format_name(name: object) -> str:
@@ -148,40 +205,90 @@ def _positive(value: int | None, field: str) -> int | None:
     return None if value is None else check_int(value, field, minimum=1, maximum=1 << 31, error=R3WireError)
 
 
-def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool) -> str:
+def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool) -> tuple[str, object]:
     if KEY_SCHEMA in obj or KEY_VERSION in obj:
-        return "r3wire"
-    if "routed_experts" in obj:
-        return _detect_routed_experts_field(obj["routed_experts"], has_shape)
+        return "r3wire", obj
+    if KEY_MANIFEST in obj:
+        return "fireworks-trace", obj
+    if KEY_ROUTED_EXPERTS in obj:
+        return _detect_routed_experts_field(obj, has_shape)
     if KEY_DATA in obj and KEY_SHAPE in obj:
         if "start" in obj:
-            return "prime-rl"
+            return "prime-rl", obj
         if KEY_DTYPE in obj:
             # Tuples, not sets: a hostile dtype may be unhashable.
             dtype = obj[KEY_DTYPE]
             # isinstance first: ``in`` compares with ``==``, which an ndarray answers elementwise.
             if isinstance(dtype, str) and dtype in PRIME_RL_DTYPES and dtype not in _SKYRL_DTYPES:
-                return "prime-rl"
-            return "skyrl"
-        return "prime-rl-b85" if _looks_like_b85(obj) else "prime-rl"
+                return "prime-rl", obj
+            return "skyrl", obj
+        return ("prime-rl-b85" if _looks_like_b85(obj) else "prime-rl"), obj
+    # Handed a whole body, a choice or a message: say where its routes are instead of what this object lacks.
+    inside = []
+    for found in find_routes(obj):
+        inside.append(_path(found.parts))
+        if len(inside) == _SHOWN_PATHS:
+            break
+    if inside:
+        raise DecodeError.make(
+            None,
+            "a routes value, not an object holding one (pass the value at "
+            f"{' or '.join(inside)}, or the whole body to read_response)",
+            f"an object with keys {sorted(describe(k)[:20] for k in list(obj)[:8])}",
+            raw=True,
+        )
     raise DecodeError.make(
         None,
-        "a known routed-experts object (r3wire, skyrl, prime-rl, or a mapping holding routed_experts)",
+        "a known routed-experts object (r3wire, skyrl, prime-rl, fireworks-trace, or a mapping holding routed_experts)",
         f"an object with keys {sorted(describe(k)[:20] for k in list(obj)[:8])}",
         raw=True,
     )
 
 
-def _detect_routed_experts_field(value: object, has_shape: bool) -> str:
-    if isinstance(value, (str, bytes, bytearray, memoryview)) and _starts_with(value, NPY_MAGIC_B64):
-        return "vllm-npy"
-    if has_shape:
-        return "sglang"
+def _detect_routed_experts_field(holder: Mapping[Any, Any], has_shape: bool) -> tuple[str, object]:
+    """The format of ``holder["routed_experts"]``, detected by the value itself (an object, a list, a magic
+    prefix); only a bare string with no magic is SGLang's, read with the holder so ``routed_experts_dtype``
+    beside it counts."""
+    value = holder[KEY_ROUTED_EXPERTS]
+    if value is None:
+        raise DecodeError.make(
+            KEY_ROUTED_EXPERTS, "a routes value", "null (the engine returned no routes for this choice)", raw=True
+        )
+    if isinstance(value, (Mapping, list)):
+        return _detect(value, has_shape=has_shape)
+    if isinstance(value, (str, bytes, bytearray, memoryview)):
+        name = _detect_text(value, has_shape=None)
+        if name is not None:
+            return name, value
+        if has_shape:
+            return "sglang", holder
     raise DecodeError.make(
-        "routed_experts",
-        "recognisable: vLLM's .npy base64 starts with 'k05VTVBZ'; SGLang's bare base64 also needs num_layers "
-        "and top_k (pass them, or format='sglang')",
-        "neither",
+        KEY_ROUTED_EXPERTS,
+        "recognisable: an object (r3wire, SkyRL, prime-rl, dynamo), nested lists, or a string starting "
+        "'nrlre1:' (NeMo-RL), 'k05VTVBZ' (vLLM .npy) or 'KLUv/' (Fireworks); SGLang's bare base64 also needs "
+        "num_layers and top_k (pass them, or format='sglang')",
+        "neither" if isinstance(value, (str, bytes, bytearray, memoryview)) else type(value).__name__,
+        raw=True,
+    )
+
+
+def _detect_list(value: list[Any]) -> str:
+    # Per-token matrices hold strings and nulls; nested id lists hold lists. An empty list is ambiguous.
+    first = next((item for item in value if item is not None), None)
+    if isinstance(first, str) or (value and first is None):
+        return "fireworks-matrices"
+    if isinstance(first, list):
+        return "json-lists"
+    if isinstance(first, Mapping):
+        raise DecodeError.make(
+            None, "a routes value (a list of objects is a batch of responses: pass it to read_response)",
+            f"a list of {len(value)} objects", raw=True,
+        )  # fmt: skip
+    raise DecodeError.make(
+        None,
+        "nested lists of expert ids (json-lists) or base64 matrices and nulls (fireworks-matrices); an empty "
+        "list is either: name the format",
+        "[]" if not value else f"a list of {type(first).__name__}",
         raw=True,
     )
 
@@ -205,47 +312,44 @@ def _looks_like_b85(obj: Mapping[Any, Any]) -> bool:
 def detect(payload: object, *, num_layers: int | None = None, top_k: int | None = None) -> str:
     """The name of the format ``payload`` is in, when that is unambiguous.
 
-    Strings: ``nrlre1:`` → nemo-rl; base64 starting ``k05VTVBZ`` (``\\x93NUMPY``) → vllm-npy; ``KLUv/`` (zstd
-    magic) → fireworks-r3v1; JSON object text → as a mapping; any other base64 → sglang, but only when
-    ``num_layers`` and ``top_k`` are given (it carries no shape). Mappings: ``schema``/``version`` → r3wire;
-    ``routed_experts`` → vllm-npy or sglang by its value; ``data``+``shape`` with ``start`` → prime-rl, with a
-    SkyRL dtype → skyrl, with neither → prime-rl-b85 or prime-rl by the data length.
+    Detection looks at the value at every level it accepts, never at a first guess. Strings: ``nrlre1:`` →
+    nemo-rl; base64 starting ``k05VTVBZ`` (``\\x93NUMPY``) → vllm-npy; ``KLUv/`` (zstd magic, or a leading
+    skippable frame) → fireworks-r3v1; JSON object or array text → as the parsed value; any other base64 →
+    sglang, but only when ``num_layers`` and ``top_k`` are given (it carries no shape). Lists: of lists →
+    json-lists; of strings and nulls → fireworks-matrices. Mappings: ``schema``/``version`` → r3wire;
+    ``manifest`` → fireworks-trace; ``routed_experts`` → by its value (an object as a mapping, a list as a list,
+    a string by its prefix, else sglang); ``data``+``shape`` with ``start`` → prime-rl, with a SkyRL dtype →
+    skyrl, with neither → prime-rl-b85 or prime-rl by the data length.
 
     Detection is a convenience for tools; a server or trainer that knows its peer should name the format.
 
     Raises:
-        DecodeError: the payload matches no format, or could be more than one (the message says what to pass).
+        DecodeError: the payload matches no format, or could be more than one (the message says what to pass);
+            a whole body, choice or message is refused with the paths of the routes inside it.
     """
     return _detect(payload, has_shape=num_layers is not None and top_k is not None)[0]
 
 
 def _detect(payload: object, *, has_shape: bool) -> tuple[str, object]:
+    """The format name and the value to hand its reader (JSON text parsed once, a holder's routes unwrapped)."""
     if isinstance(payload, Mapping):
-        return _detect_mapping(payload, has_shape), payload
-    if isinstance(payload, (bytes, bytearray, memoryview)):
-        head = bytes(payload[: len(NPY_MAGIC)])
-        if head == NPY_MAGIC:
-            return "vllm-npy", payload
-        if head[: len(ZSTD_MAGIC)] == ZSTD_MAGIC:
-            return "fireworks-r3v1", payload
+        return _detect_mapping(payload, has_shape)
+    if isinstance(payload, list):
+        return _detect_list(payload), payload
     if not isinstance(payload, (str, bytes, bytearray, memoryview)):
         raise DecodeError.make(
-            None, "a routed-experts payload (str, bytes or a mapping)", type(payload).__name__, raw=True
+            None, "a routed-experts payload (str, bytes, a list or a mapping)", type(payload).__name__, raw=True
         )
+    name = _detect_text(payload, has_shape=has_shape)
+    if name == "json":
+        parsed = load_json(payload, what="a routed-experts payload")
+        if not isinstance(parsed, (dict, list)):
+            raise DecodeError.make(None, "a JSON object or array", f"a JSON {type(parsed).__name__}", raw=True)
+        return _detect(parsed, has_shape=has_shape)
+    if name is not None:
+        return name, payload
     sniff = payload[:_SNIFF]
     start = (sniff if isinstance(sniff, str) else bytes(sniff).decode("latin1")).lstrip()
-    if start.startswith("{"):
-        # read() parses JSON text once: _detect hands the parsed object on with the name.
-        parsed = load_object(payload, what="a routed-experts object")
-        return _detect_mapping(parsed, has_shape), parsed
-    if start.startswith(NEMO_RL_MAGIC + ":"):
-        return "nemo-rl", payload
-    if start.startswith(NPY_MAGIC_B64):
-        return "vllm-npy", payload
-    if start.startswith(ZSTD_MAGIC_B64):
-        return "fireworks-r3v1", payload
-    if has_shape:
-        return "sglang", payload
     raise DecodeError.make(
         None,
         "a recognisable format: bare base64 without a magic prefix is SGLang's, which needs num_layers and top_k "
@@ -253,6 +357,39 @@ def _detect(payload: object, *, has_shape: bool) -> tuple[str, object]:
         f"text starting {start[:12]!r}",
         raw=True,
     )
+
+
+def _detect_text(payload: str | bytes | bytearray | memoryview, *, has_shape: bool | None) -> str | None:
+    """The format of a string or bytes by its first bytes; "json" for JSON object or array text; with
+    ``has_shape`` None, None instead of guessing SGLang."""
+    if not isinstance(payload, str):
+        head = bytes(payload[: len(NPY_MAGIC)])
+        if head == NPY_MAGIC:
+            return "vllm-npy"
+        if head[: len(ZSTD_MAGIC)] == ZSTD_MAGIC or _skippable(head):
+            return "fireworks-r3v1"
+    sniff = payload[:_SNIFF]
+    start = (sniff if isinstance(sniff, str) else bytes(sniff).decode("latin1")).lstrip()
+    if start.startswith(("{", "[")):
+        return "json"
+    if start.startswith(NEMO_RL_MAGIC + ":"):
+        return "nemo-rl"
+    if start.startswith(NPY_MAGIC_B64):
+        return "vllm-npy"
+    if start.startswith(ZSTD_MAGIC_B64) or _skippable(_b64_head(start)):
+        return "fireworks-r3v1"
+    return "sglang" if has_shape else None
+
+
+def _b64_head(text: str) -> bytes:
+    try:
+        return base64.b64decode(text[:8], validate=True)
+    except (binascii.Error, ValueError):
+        return b""
+
+
+def _skippable(head: bytes) -> bool:
+    return len(head) >= len(ZSTD_MAGIC) and head[1:4] == SKIPPABLE_MAGIC_TAIL and head[0] & 0xF0 == 0x50
 
 
 def read(
@@ -302,6 +439,8 @@ def read(
     )
     if name == "auto":
         name, payload = _detect(payload, has_shape=opts.num_layers is not None and opts.top_k is not None)
+    elif isinstance(payload, Mapping) and KEY_ROUTED_EXPERTS in payload and name not in _HOLDER_READERS:
+        payload = payload[KEY_ROUTED_EXPERTS]  # a choice or message holding the value: read the value
     if dtype is not None and name != "sglang":
         raise R3WireError.make("dtype", f"None ({name} carries its dtype; only sglang's bare string needs one)", dtype)
     result = _READERS[name](payload, opts)
@@ -320,17 +459,106 @@ def read(
     return result
 
 
+def read_response(
+    body: object,
+    *,
+    num_layers: int | None = None,
+    top_k: int | None = None,
+    num_experts: int | None = None,
+    max_elements: int | None = None,
+) -> list[ReadResult]:
+    """Read every routes field of a whole engine response, in document order.
+
+    Knows where each engine nests them (``docs/formats.md``, "Whole responses"): vLLM chat/completions and
+    ``/inference/v1/generate`` and SkyRL / prime-rl generate bodies (``choices[i].routed_experts``), SGLang
+    ``/generate`` (``meta_info.routed_experts``, with ``routed_experts_dtype``) and its OpenAI endpoints
+    (``choices[i].sgl_ext.routed_experts``), dynamo (``nvext.routed_experts``), NeMo-RL chat
+    (``choices[i].message.routed_experts``), the Fireworks trace (``payloads.router_replay``) and
+    ``routing_matrices``, and r3wire :func:`r3wire.dumps` bodies (``r3wire.routes`` envelopes under any key).
+    A ``routed_experts`` of ``null`` (routes not captured) is skipped. Each value is read by its own format,
+    detected from the value.
+
+    Args:
+        body: the response as JSON text (``str`` or bytes, e.g. ``response.content``) or already parsed
+            (``response.json()``); a list of bodies (SGLang batch) is read as one document.
+        num_layers: layers per row: needed for SGLang and Fireworks routes, checked against the others.
+        top_k: experts per layer, likewise.
+        num_experts: when given, every id must be below it.
+        max_elements: refuse any routes field declaring more ids than this, before decoding it.
+
+    Returns:
+        One :class:`ReadResult` per routes field, with ``path`` (``$.choices[1].routed_experts``) and, where the
+        choice carries them beside the routes, ``token_ids`` (vLLM ``token_ids``, SGLang ``output_ids``) and the
+        sampled ``logprobs`` clamped to :data:`r3wire.LOGPROB_FLOOR` with ``num_clamped``. ``[]`` when the body
+        has no routes.
+
+    Raises:
+        DecodeError: the body is not JSON, or a routes field, its token ids or its logprobs are malformed; the
+            field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``).
+        R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path).
+        ImportError: Fireworks routes without the ``zstd`` extra.
+    """
+    limit = optional_max_elements(max_elements)
+    if isinstance(body, (str, bytes, bytearray, memoryview)):
+        body = load_json(body, what="a response body")
+    results = []
+    for found in find_routes(body):
+        if found.key == KEY_ROUTED_EXPERTS:
+            # Keep routed_experts_dtype beside a bare SGLang string; any other value is read by itself.
+            holder = found.context[-1][0]
+            payload: object = {k: holder[k] for k in (KEY_ROUTED_EXPERTS, KEY_ROUTED_EXPERTS_DTYPE) if k in holder}
+        else:
+            payload = found.value
+        try:
+            result = read(
+                payload, num_layers=num_layers, top_k=top_k, num_experts=num_experts, max_elements=max_elements
+            )
+        except R3WireError as exc:
+            # Fields are relative to the value (shape, data[0, 1, 2]); the holder's key is already in the path.
+            field = exc.field or ""
+            parts = found.parts
+            if found.key == KEY_ROUTED_EXPERTS and field.startswith(KEY_ROUTED_EXPERTS):
+                parts = parts[:-1]
+            raise relocated(exc, parts) from exc
+        clamped = logprobs_near(found, max_elements=limit)
+        results.append(
+            dataclasses.replace(
+                result,
+                path=_path(found.parts),
+                token_ids=token_ids_near(found, max_elements=limit),
+                logprobs=None if clamped is None else clamped.values,
+                num_clamped=0 if clamped is None else clamped.num_clamped,
+            )
+        )
+    return results
+
+
 @overload
 def write(
     routes: object,
-    format: Literal["r3wire", "skyrl", "prime-rl", "prime-rl-b85"] = ...,
+    format: Literal["r3wire", "skyrl", "prime-rl", "prime-rl-b85", "fireworks-trace"] = ...,
     *,
     start: int | None = None,
     mask: Any = None,
     total_tokens: int | None = None,
     dtype: str | None = None,
     num_experts: int | None = None,
+    pack_bits: bool | None = None,
 ) -> dict[str, Any]: ...
+
+
+@overload
+def write(
+    routes: object,
+    format: Literal["json-lists", "fireworks-matrices"],
+    *,
+    start: int | None = None,
+    mask: Any = None,
+    total_tokens: int | None = None,
+    dtype: str | None = None,
+    num_experts: int | None = None,
+    pack_bits: bool | None = None,
+) -> list[Any]: ...
 
 
 @overload
@@ -343,6 +571,7 @@ def write(
     total_tokens: int | None = None,
     dtype: str | None = None,
     num_experts: int | None = None,
+    pack_bits: bool | None = None,
 ) -> str: ...
 
 
@@ -356,7 +585,8 @@ def write(
     total_tokens: int | None = None,
     dtype: str | None = None,
     num_experts: int | None = None,
-) -> str | dict[str, Any]: ...
+    pack_bits: bool | None = None,
+) -> str | dict[str, Any] | list[Any]: ...
 
 
 def write(
@@ -368,38 +598,50 @@ def write(
     total_tokens: int | None = None,
     dtype: str | None = None,
     num_experts: int | None = None,
-) -> str | dict[str, Any]:
+    pack_bits: bool | None = None,
+) -> str | dict[str, Any] | list[Any]:
     """Write routed experts in a format an existing client of that engine reads.
 
     Args:
         routes: ids ``[rows, layers, top_k]`` of any integer dtype (NumPy, torch or nested lists), or a
-            :class:`ReadResult`, whose ``start``, ``mask`` and ``total_tokens`` are used unless given here.
+            :class:`ReadResult`, whose ``start``, ``mask``, ``total_tokens``, ``num_experts`` and (for r3wire)
+            bit-packing are used unless given here.
         format: a name from :data:`FORMATS`.
         start: sequence position of row 0 (prime-rl, fireworks-r3v1 SUFFIX). Other formats carry no offset,
             so only ``None`` or 0 is accepted there.
-        mask: one bool per row, false where the row was not replayed: fireworks-r3v1 writes a BITMAP; nemo-rl
-            writes those rows as -1 (missing route); other formats accept only an all-true mask.
-        total_tokens: fireworks-r3v1 SUFFIX only: the sequence length (default ``start + rows``).
+        mask: one bool per row, false where the row was not replayed: fireworks-r3v1 and fireworks-trace write
+            a BITMAP, fireworks-matrices ``null``; nemo-rl writes those rows as -1 (missing route); other formats
+            accept only an all-true mask.
+        total_tokens: fireworks SUFFIX and per-token matrices: the sequence length (default ``start + rows``).
         dtype: the element type to write, if the format allows a choice; by default each format's own rule.
         num_experts: the model's expert count: every id must be below it, and formats whose engines pick the
-            dtype from it (r3wire, vllm-npy, nemo-rl, fireworks-r3v1) do the same.
+            dtype from it (r3wire, vllm-npy, nemo-rl, fireworks-*) do the same.
+        pack_bits: r3wire only: write the ids bit-packed (see :func:`r3wire.encode_routes`). ``None`` keeps a
+            :class:`ReadResult`'s packing (``bits`` set), else unpacked.
 
     Returns:
-        A JSON-ready dict for object formats (r3wire, skyrl, prime-rl, prime-rl-b85, sglang with ``dtype``),
-        else a ``str``.
+        A JSON-ready dict for object formats (r3wire, skyrl, prime-rl, prime-rl-b85, fireworks-trace, sglang
+        with ``dtype``), a list for json-lists and fireworks-matrices, else a ``str``.
 
     Raises:
         EncodeError: the routes cannot be represented exactly in the format (negative or too large ids, a
             nonzero ``start`` or a partial ``mask`` the format cannot carry, a dtype too narrow).
-        R3WireError: an unknown format.
-        ImportError: fireworks-r3v1 without the ``zstd`` extra.
+        R3WireError: an unknown format, or ``pack_bits`` not a bool.
+        ImportError: fireworks-r3v1 and fireworks-trace without the ``zstd`` extra.
     """
     name = _format_name(format)
+    if pack_bits is not None and not isinstance(pack_bits, (bool, np.bool_)):
+        raise R3WireError.make("pack_bits", "a bool or None", pack_bits)
     if isinstance(routes, ReadResult):
         start = routes.start if start is None else start
         mask = routes.mask if mask is None else mask
         total_tokens = routes.total_tokens if total_tokens is None else total_tokens
+        num_experts = routes.num_experts if num_experts is None else num_experts
+        if pack_bits is None:
+            pack_bits = routes.bits is not None and name == "r3wire"
         routes = routes.routes
+    if pack_bits and name != "r3wire":
+        raise EncodeError.make("pack_bits", f"False or None ({name} has no bit-packed form; r3wire does)", True)
     arr = as_numpy(routes, field="routes")
     rows = int(arr.shape[0]) if arr.ndim else 0
     if start is not None:
@@ -407,22 +649,23 @@ def write(
     if total_tokens is not None:
         total_tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=(1 << 63) - 1, error=EncodeError)
     mask_array = None if mask is None else _checked_mask(mask, rows)
-    if name != "fireworks-r3v1":
+    if name not in _FIREWORKS:
         if start and not FORMATS[name].carries_start:
             raise EncodeError.make("start", f"0 or None ({name} carries no row offset)", start)
-        if mask_array is not None and name != "nemo-rl" and not mask_array.all():
+        if mask_array is not None and name not in _MASKED and not mask_array.all():
             raise EncodeError.make(
-                "mask", f"all true ({name} cannot mark rows as not replayed; nemo-rl and fireworks-r3v1 can)",
+                "mask", f"all true ({name} cannot mark rows as not replayed; {', '.join(_MASKED)} can)",
                 f"{int((~mask_array).sum())} false rows", raw=True,
             )  # fmt: skip
-        if name != "nemo-rl":
+        if name not in _MASKED:
             mask_array = None
     opts = WriteOptions(
         start=start,
         mask=mask_array,
-        total_tokens=total_tokens if name == "fireworks-r3v1" else None,
+        total_tokens=total_tokens if name in _FIREWORKS else None,
         dtype=dtype,
         num_experts=optional_num_experts(num_experts, EncodeError),
+        pack_bits=bool(pack_bits),
     )
     return _WRITERS[name](arr, opts)
 

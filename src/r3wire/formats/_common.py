@@ -16,7 +16,7 @@ import numpy as np
 from r3wire._arraylike import as_numpy
 from r3wire._base64 import b64decode_strict, b64encode_text
 from r3wire._envelope import to_wire_bytes
-from r3wire._validate import check_element_count
+from r3wire._validate import check_element_count, load_json
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.schema import WIRE_DTYPES
 
@@ -32,6 +32,7 @@ __all__ = [
     "choose_dtype",
     "decode_b64_array",
     "first_index",
+    "load_json",
     "mapping_get",
     "prepared_routes",
     "text_of",
@@ -40,22 +41,34 @@ __all__ = [
 ROUTES_NDIM: Final = 3
 
 MISSING_ROUTE: Final = -1
-"""NeMo-RL's sentinel: a (token, layer) whose top-k slots are all -1 has no recorded route."""
+"""The "no route" id: NeMo-RL writes it in every top-k slot of a (token, layer) with no recorded route; SGLang
+writes it in any slot with no routed expert. :meth:`ReadResult.route_mask` is false there."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ReadResult:
-    """What :func:`r3wire.formats.read` returns: the routes and what the format said about them.
+    """What :func:`r3wire.formats.read` and :func:`r3wire.formats.read_response` return.
 
     Attributes:
         routes: ``[rows, layers, top_k]``, writable, C-contiguous, native byte order, in the element type the
-            payload carried (uint8, uint16, int8, int16, int32, ...; not converted).
+            payload carried (uint8, uint16, int8, int16, int32, ...; not converted). Signed formats may hold
+            :data:`MISSING_ROUTE` (-1) where the engine recorded no expert: see :meth:`route_mask`.
         format: the format name the payload was read as (e.g. ``"vllm-npy"``).
         start: the sequence position of row 0 when the format carries one (prime-rl ``start``, Fireworks
             SUFFIX ``replay_start_token``); ``None`` when it does not.
-        mask: Fireworks BITMAP only: ``mask[i]`` is true when row ``i`` was replayed; rows where it is false
-            hold zeros that were never on the wire. ``None`` when every row was sent.
+        mask: ``mask[i]`` is true when row ``i`` was replayed (Fireworks BITMAP, per-token matrices); rows where
+            it is false hold zeros that were never on the wire. ``None`` when every row was sent.
         total_tokens: the sequence length the payload declares (Fireworks ``total_token_count``), if any.
+        num_experts: the model's expert count when the payload records it (r3wire envelopes), else ``None``.
+        bits: the bit width ids travelled in when the payload was bit-packed (r3wire envelopes), else ``None``.
+        path: where :func:`~r3wire.formats.read_response` found the routes (``$.choices[1].routed_experts``);
+            ``None`` from :func:`~r3wire.formats.read`.
+        token_ids: the token ids the response carries beside these routes (vLLM ``token_ids``, SGLang
+            ``output_ids``) as int64, or ``None``.
+        logprobs: the sampled logprobs carried beside these routes (float64 from JSON numbers; an r3wire
+            envelope's own float dtype), non-finite and missing values clamped to :data:`r3wire.LOGPROB_FLOOR`,
+            or ``None``.
+        num_clamped: how many of ``logprobs`` were clamped (0 when there are none).
     """
 
     routes: np.ndarray[Any, Any]
@@ -63,6 +76,24 @@ class ReadResult:
     start: int | None = None
     mask: np.ndarray[Any, Any] | None = None
     total_tokens: int | None = None
+    num_experts: int | None = None
+    bits: int | None = None
+    path: str | None = None
+    token_ids: np.ndarray[Any, Any] | None = None
+    logprobs: np.ndarray[Any, Any] | None = None
+    num_clamped: int = 0
+
+    def route_mask(self) -> np.ndarray[Any, Any]:
+        """A bool ``[rows, layers, top_k]`` array, true where ``routes`` holds a replayable expert id: false in
+        rows ``mask`` marks as not replayed and wherever the id is :data:`MISSING_ROUTE` (-1)."""
+        present: np.ndarray[Any, Any]
+        if self.routes.dtype.kind == "i":
+            present = self.routes != MISSING_ROUTE
+        else:
+            present = np.ones(self.routes.shape, dtype=bool)
+        if self.mask is not None:
+            present &= self.mask[:, None, None]
+        return present
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -85,6 +116,7 @@ class WriteOptions:
     total_tokens: int | None = None
     dtype: str | None = None
     num_experts: int | None = None
+    pack_bits: bool = False
 
 
 def text_of(payload: object, field: str) -> str | bytes | bytearray | memoryview:
@@ -159,12 +191,14 @@ def check_ids(
     *,
     num_experts: int | None,
     missing_sentinel: bool = False,
+    missing_slots: bool = False,
     error: type[R3WireError] = DecodeError,
 ) -> None:
     """Check that ids are non-negative (and below ``num_experts`` when given).
 
     With ``missing_sentinel``, a top-k row that is entirely -1 is a missing route and allowed; a row that is
-    only partly negative is corruption.
+    only partly negative is corruption. With ``missing_slots`` (SGLang), any single slot may be -1; any other
+    negative value is corruption.
 
     Raises:
         DecodeError: (or ``error``) naming the first offending index.
@@ -174,7 +208,14 @@ def check_ids(
     # At most one min and one max pass; the masks that locate a bad id are built only when there is one.
     if routes.dtype.kind == "i" and int(routes.min()) < 0:
         negative = routes < 0
-        if missing_sentinel:
+        if missing_slots:
+            bad_slots = routes < MISSING_ROUTE
+            if bad_slots.any():
+                where = first_index(bad_slots)
+                raise error.make(
+                    f"{field}{where}", "a non-negative expert id, or -1 (no routed expert)", int(routes[tuple(where)])
+                )
+        elif missing_sentinel:
             missing = (routes == MISSING_ROUTE).all(axis=-1, keepdims=True)
             bad = negative & ~missing
             if bad.any():
@@ -199,10 +240,12 @@ def prepared_routes(
     *,
     num_experts: int | None,
     missing_sentinel: bool = False,
+    missing_slots: bool = False,
 ) -> tuple[np.ndarray[Any, Any], int, int]:
     """``routes`` as a checked 3-d integer NumPy array, with its smallest and largest id (0, 0 when empty).
 
-    With ``missing_sentinel`` the smallest id is -1 when there are missing-route rows.
+    With ``missing_sentinel`` (``missing_slots``) the smallest id is -1 when there are missing-route rows
+    (slots).
 
     Raises:
         EncodeError: not a 3-d integer array, a negative id, or an id at or above ``num_experts``.
@@ -217,7 +260,14 @@ def prepared_routes(
     low, high = int(arr.min()), int(arr.max())
     if low < 0 or (num_experts is not None and high >= num_experts):
         # Raises, naming the first bad id, unless every negative is a missing-route row.
-        check_ids(arr, "routes", num_experts=num_experts, missing_sentinel=missing_sentinel, error=EncodeError)
+        check_ids(
+            arr,
+            "routes",
+            num_experts=num_experts,
+            missing_sentinel=missing_sentinel,
+            missing_slots=missing_slots,
+            error=EncodeError,
+        )
     return arr, low, high
 
 

@@ -28,7 +28,16 @@ from r3wire.formats._common import (
     text_of,
 )
 from r3wire.routes import decode_routes, encode_routes
-from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_SCHEMA, KEY_SHAPE, KEY_VERSION, ROUTE_DTYPES
+from r3wire.schema import (
+    KEY_BITS,
+    KEY_DATA,
+    KEY_DTYPE,
+    KEY_NUM_EXPERTS,
+    KEY_SCHEMA,
+    KEY_SHAPE,
+    KEY_VERSION,
+    ROUTE_DTYPES,
+)
 
 __all__ = [
     "PRIME_RL_DTYPES",
@@ -55,14 +64,23 @@ _MAX_START: Final = (1 << 63) - 1
 
 
 def read_r3wire(payload: object, opts: ReadOptions) -> ReadResult:
-    """Read an ``r3wire.routes`` envelope (or the seed's unversioned one) with :func:`r3wire.decode_routes`."""
-    routes = decode_routes(payload, num_experts=opts.num_experts, max_elements=opts.max_elements)
-    return ReadResult(routes=routes, format="r3wire")
+    """Read an ``r3wire.routes`` envelope (or the seed's unversioned one) with :func:`r3wire.decode_routes`;
+    the envelope's ``num_experts`` and ``bits`` are returned beside the routes."""
+    obj = load_object(payload, what="an r3wire.routes envelope")
+    routes = decode_routes(obj, num_experts=opts.num_experts, max_elements=opts.max_elements)
+    # decode_routes has validated both: ints in range, or absent.
+    num_experts, bits = obj.get(KEY_NUM_EXPERTS), obj.get(KEY_BITS)
+    return ReadResult(
+        routes=routes,
+        format="r3wire",
+        num_experts=None if num_experts is None else int(num_experts),
+        bits=None if bits is None else int(bits),
+    )
 
 
 def write_r3wire(routes: object, opts: WriteOptions) -> dict[str, Any]:
-    """Write an ``r3wire.routes`` envelope with :func:`r3wire.encode_routes`."""
-    envelope = encode_routes(routes, num_experts=opts.num_experts)
+    """Write an ``r3wire.routes`` envelope with :func:`r3wire.encode_routes` (bit-packed with ``pack_bits``)."""
+    envelope = encode_routes(routes, num_experts=opts.num_experts, pack_bits=opts.pack_bits)
     _check_requested(opts.dtype, envelope[KEY_DTYPE], "r3wire")
     return envelope
 

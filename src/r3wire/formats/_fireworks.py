@@ -19,7 +19,7 @@ from typing import Any, Final
 import numpy as np
 
 from r3wire._base64 import b64decode_strict, b64encode_text
-from r3wire._validate import check_element_count
+from r3wire._validate import check_element_count, check_shape
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.formats._common import (
     ReadOptions,
@@ -62,6 +62,10 @@ MAX_DECOMPRESSED_BYTES: Final = 1 << 30
 """The most an r3/v1 payload may inflate to (1 GiB: a 32k-token Kimi-K2 sequence is 32 MB)."""
 _U32: Final = (1 << 32) - 1
 _FIRST_CHUNK: Final = 1 << 16
+_SKIP_CHUNK: Final = 1 << 16
+# RFC 8878 §3.1.2: skippable frames start 0x184D2A50..0x184D2A5F (little-endian), then a u32 frame size.
+SKIPPABLE_MAGIC_TAIL: Final = b"\x2a\x4d\x18"
+_SKIPPABLE_HEADER: Final = struct.Struct("<II")
 
 
 def _zstandard() -> Any:
@@ -87,16 +91,25 @@ class _Inflater:
         out = bytearray()
         while len(out) < nbytes:
             want = min(nbytes - len(out), max(_FIRST_CHUNK, len(out)))
-            chunk = self._call(self._reader.read, want)
-            if not chunk:
-                raise DecodeError.make(
-                    "payload", f"{nbytes} bytes of {what} after decompression", f"{len(out)} bytes", raw=True
-                )
-            out += chunk
+            out += self._chunk(want, nbytes, len(out), what)
         return out
+
+    def skip(self, nbytes: int, what: str) -> None:
+        """Decompress and drop ``nbytes``, holding at most one chunk at a time."""
+        done = 0
+        while done < nbytes:
+            done += len(self._chunk(min(nbytes - done, _SKIP_CHUNK), nbytes, done, what))
 
     def at_end(self) -> bool:
         return not self._call(self._reader.read, 1)
+
+    def _chunk(self, want: int, nbytes: int, done: int, what: str) -> bytes:
+        chunk = self._call(self._reader.read, want)
+        if not chunk:
+            raise DecodeError.make(
+                "payload", f"{nbytes} bytes of {what} after decompression", f"{done} bytes", raw=True
+            )
+        return chunk
 
     def _call(self, method: Any, *args: Any) -> bytes:
         try:
@@ -106,30 +119,59 @@ class _Inflater:
         return data
 
 
+def _is_skippable(head: bytes) -> bool:
+    return len(head) == len(ZSTD_MAGIC) and head[1:] == SKIPPABLE_MAGIC_TAIL and head[0] & 0xF0 == 0x50
+
+
+def _starts_with_frame(data: bytes | bytearray | memoryview) -> bool:
+    head = bytes(data[: len(ZSTD_MAGIC)])
+    return head == ZSTD_MAGIC or _is_skippable(head)
+
+
+def _first_frame(compressed: bytes | bytearray | memoryview) -> memoryview:
+    """``compressed`` from its first data frame on: RFC 8878 skippable frames (metadata a producer may put
+    first) are stepped over without a copy; the stream reader skips any later ones itself."""
+    view = memoryview(compressed).cast("B")
+    while _is_skippable(bytes(view[: len(ZSTD_MAGIC)])):
+        if len(view) < _SKIPPABLE_HEADER.size:
+            raise DecodeError.make("payload", "a complete zstd skippable frame header", f"{len(view)} bytes", raw=True)
+        _, size = _SKIPPABLE_HEADER.unpack(view[: _SKIPPABLE_HEADER.size])
+        if _SKIPPABLE_HEADER.size + size > len(view):
+            raise DecodeError.make(
+                "payload", f"a skippable frame of {size} bytes within the payload", f"{len(view)} bytes left", raw=True
+            )
+        view = view[_SKIPPABLE_HEADER.size + size :]
+    return view
+
+
 def _compressed_bytes(payload: object) -> bytes | bytearray | memoryview:
     raw = text_of(payload, "payload")
-    if not isinstance(raw, str) and bytes(raw[: len(ZSTD_MAGIC)]) == ZSTD_MAGIC:
+    if not isinstance(raw, str) and _starts_with_frame(raw):
         return raw
     return b64decode_strict(raw, b64_decoded_length(raw, "payload"), field="payload")
+
+
+def _shape_args(opts: ReadOptions, what: str) -> tuple[int, int]:
+    if opts.num_layers is None or opts.top_k is None:
+        raise R3WireError.make("num_layers, top_k", f"given for {what} (it carries neither)", "None", raw=True)
+    return opts.num_layers, opts.top_k
 
 
 def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
     """Read an ``r3/v1`` payload: base64 text of the zstd frame(s), or the compressed bytes themselves.
 
-    Returns (see :class:`ReadResult`): ALL → every token's row, ``start`` None; SUFFIX → the replayed rows only,
-    ``start`` = ``replay_start_token``; BITMAP → ``total_token_count`` rows with ``mask``, unreplayed rows zero.
-    ``total_tokens`` is the header's ``total_token_count`` in every mode.
+    Returns (see :class:`ReadResult`): ALL → every token's row, ``start`` None (no rows when the header says
+    none were replayed); SUFFIX → the replayed rows only, ``start`` = ``replay_start_token``; BITMAP →
+    ``total_token_count`` rows with ``mask``, unreplayed rows zero. ``total_tokens`` is the header's
+    ``total_token_count`` in every mode.
 
     Raises:
         ImportError: the ``zstd`` extra (zstandard) is not installed.
     """
-    compressed = _compressed_bytes(payload)
+    compressed = _first_frame(_compressed_bytes(payload))
     if bytes(compressed[: len(ZSTD_MAGIC)]) != ZSTD_MAGIC:
         raise DecodeError.make("payload", "a zstd frame (magic 28 b5 2f fd)", bytes(compressed[:4]).hex(" "), raw=True)
-    if opts.num_layers is None or opts.top_k is None:
-        raise R3WireError.make(
-            "num_layers, top_k", "given for Fireworks r3/v1 (its header has neither)", "None", raw=True
-        )
+    num_layers, top_k = _shape_args(opts, "Fireworks r3/v1")
     zstd = _zstandard()
     try:
         declared = int(zstd.frame_content_size(compressed))
@@ -156,24 +198,27 @@ def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
     if code not in DTYPE_CODES:
         raise _field_error("routing_dtype", "1 (uint8) or 2 (uint16)", code)
     dtype = np.dtype(DTYPE_CODES[code]).newbyteorder("<")
-    if mode == SELECTOR_ALL and replayed != total:
-        raise _field_error("replayed_token_count", f"total_token_count={total} in ALL mode", replayed)
+    # ALL with nothing replayed is what the reference tests call test_zero_replayed_tokens: no rows, total kept.
+    if mode == SELECTOR_ALL and replayed not in (total, 0):
+        raise _field_error("replayed_token_count", f"total_token_count={total} (or 0) in ALL mode", replayed)
     if mode == SELECTOR_SUFFIX and first + replayed > total:
         raise _field_error(
             "replay_start_token", f"at most total_token_count - replayed_token_count = {total - replayed}", first
         )
     if mode == SELECTOR_BITMAP and selector_len != -(-total // 8):
         raise _field_error("selector_byte_length", f"ceil(total_token_count / 8) = {-(-total // 8)}", selector_len)
-    expected_matrix = replayed * opts.num_layers * opts.top_k * dtype.itemsize
+    expected_matrix = replayed * num_layers * top_k * dtype.itemsize
     if matrix_len != expected_matrix:
         raise _field_error(
             "matrix_byte_length",
-            f"{expected_matrix} ({replayed} replayed tokens x {opts.num_layers} layers x {opts.top_k} top_k x "
+            f"{expected_matrix} ({replayed} replayed tokens x {num_layers} layers x {top_k} top_k x "
             f"{dtype.itemsize} bytes)",
             matrix_len,
         )
+    # The header's claims, checked before anything they size is inflated or allocated: the output array (all
+    # tokens in BITMAP mode) against max_elements, and everything still to inflate against the 1 GiB cap.
     rows = total if mode == SELECTOR_BITMAP else replayed
-    check_element_count((rows, opts.num_layers, opts.top_k), opts.max_elements)
+    check_element_count(check_shape((rows, num_layers, top_k), "shape", ndim=3), opts.max_elements)
     body_len = selector_len + matrix_len
     if HEADER.size + body_len > MAX_DECOMPRESSED_BYTES:
         raise DecodeError.make(
@@ -182,20 +227,25 @@ def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
             f"a header declaring {HEADER.size + body_len}",
             raw=True,
         )
-    body = inflater.read(body_len, "selector and matrices")
+    selector = None
+    if mode == SELECTOR_BITMAP:
+        selector = inflater.read(selector_len, "selector")
+    else:
+        inflater.skip(selector_len, "selector")  # meaningless in ALL and SUFFIX mode: never held in memory
+    body = inflater.read(matrix_len, "matrices")
     if not inflater.at_end():
         raise DecodeError.make("payload", "nothing after the declared matrices", "more data", raw=True)
-    matrix = array_from_buffer(body, dtype, (replayed, opts.num_layers, opts.top_k), offset=selector_len)
-    if mode != SELECTOR_BITMAP:
-        check_ids(matrix, "matrix", num_experts=opts.num_experts)
+    matrix = array_from_buffer(body, dtype, (replayed, num_layers, top_k))
+    check_ids(matrix, "matrix", num_experts=opts.num_experts)
+    if selector is None:
         start = first if mode == SELECTOR_SUFFIX else None
         return ReadResult(routes=matrix, format="fireworks-r3v1", start=start, total_tokens=total)
-    bits = np.unpackbits(np.frombuffer(body, dtype=np.uint8, count=selector_len), bitorder="little")
-    mask = bits[:total].astype(bool)
-    if int(mask.sum()) != replayed:
-        raise _field_error("selector", f"{replayed} set bits (replayed_token_count)", int(mask.sum()))
-    check_ids(matrix, "matrix", num_experts=opts.num_experts)
-    routes = np.zeros((total, opts.num_layers, opts.top_k), dtype=dtype.newbyteorder("="))
+    # One byte per token, the size of the mask returned: no 8x bit-per-byte temporary, no second bool copy.
+    mask = np.unpackbits(np.frombuffer(selector, dtype=np.uint8), count=total, bitorder="little").view(np.bool_)
+    set_bits = int(np.count_nonzero(mask))
+    if set_bits != replayed:
+        raise _field_error("selector", f"{replayed} set bits (replayed_token_count)", set_bits)
+    routes = np.zeros((total, num_layers, top_k), dtype=dtype.newbyteorder("="))
     routes[mask] = matrix
     return ReadResult(routes=routes, format="fireworks-r3v1", mask=mask, total_tokens=total)
 

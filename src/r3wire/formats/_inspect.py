@@ -78,10 +78,17 @@ class Summary:
     array_bytes: int
     layers: tuple[LayerLoad, ...]
     counts: np.ndarray[Any, Any] | None  # layers x experts assignment counts, for plotting; None if too wide
+    path: str | None = None
+    num_experts: int | None = None
+    bits: int | None = None
+    tokens: int | None = None
+    logprobs: int | None = None
+    logprobs_clamped: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """The ``--json`` object: one line, stable keys."""
-        return {
+        """The ``--json`` object: one line, stable keys (``path``, ``tokens`` and ``logprobs`` for responses)."""
+        out: dict[str, Any] = {} if self.path is None else {"path": self.path}
+        return out | {
             "format": self.format,
             "shape": list(self.shape),
             "dtype": self.dtype,
@@ -91,6 +98,13 @@ class Summary:
             "missing_routes": self.missing_routes,
             "min": self.min,
             "max": self.max,
+            "num_experts": self.num_experts,
+            "bits": self.bits,
+            **(
+                {}
+                if self.path is None
+                else {"tokens": self.tokens, "logprobs": self.logprobs, "logprobs_clamped": self.logprobs_clamped}
+            ),
             "payload_bytes": self.payload_bytes,
             "array_bytes": self.array_bytes,
             "layers": [
@@ -102,18 +116,27 @@ class Summary:
     def to_text(self) -> str:
         """The human-readable report."""
         rows = self.shape[0]
-        lines = [
+        lines = [] if self.path is None else [f"routes at     {self.path}"]
+        lines += [
             f"format        {self.format}",
             f"shape         {list(self.shape)}  (rows, layers, top_k)",
             f"dtype         {self.dtype}",
             f"start         {self.start}",
         ]
+        if self.num_experts is not None:
+            lines.append(f"num_experts   {self.num_experts}")
+        if self.bits is not None:
+            lines.append(f"bits          {self.bits} (bit-packed on the wire)")
         if self.total_tokens is not None:
             lines.append(f"total tokens  {self.total_tokens}")
+        if self.tokens is not None:
+            lines.append(f"token ids     {self.tokens}")
+        if self.logprobs is not None:
+            lines.append(f"logprobs      {self.logprobs} ({self.logprobs_clamped} clamped: missing or non-finite)")
         if self.replayed_rows != rows:
             lines.append(f"replayed rows {self.replayed_rows} of {rows}")
         if self.missing_routes:
-            lines.append(f"missing       {self.missing_routes} (row, layer) routes are -1 (NeMo-RL sentinel)")
+            lines.append(f"missing       {self.missing_routes} (row, layer) routes hold -1 (no routed expert)")
         ids = "none" if self.min is None else f"{self.min}..{self.max}"
         lines += [
             f"expert ids    {ids}",
@@ -131,9 +154,15 @@ def summarize(result: ReadResult, payload_bytes: int) -> Summary:
     routes = result.routes
     rows, layers, top_k = (int(n) for n in routes.shape)
     replayed = routes if result.mask is None else routes[result.mask]
-    per_layer = np.ascontiguousarray(replayed.transpose(1, 0, 2)).reshape(layers, -1).astype(np.int64)
+    # Explicit sizes: reshape(-1) cannot infer a zero-length axis (a 0-layer or 0-top_k payload).
+    per_layer = (
+        np.ascontiguousarray(replayed.transpose(1, 0, 2))
+        .reshape(layers, int(replayed.shape[0]) * top_k)
+        .astype(np.int64)
+    )
     present = per_layer != MISSING_ROUTE if routes.dtype.kind == "i" else np.ones(per_layer.shape, dtype=bool)
-    missing = int((~present).sum()) // max(top_k, 1)
+    # (row, layer) pairs with a -1 in any slot: whole rows for NeMo-RL, single slots count once for SGLang.
+    missing = int((~present).reshape(layers, -1, top_k).any(axis=2).sum()) if per_layer.size else 0
     ids = per_layer[present]
     low = int(ids.min()) if ids.size else None
     high = int(ids.max()) if ids.size else None
@@ -165,6 +194,12 @@ def summarize(result: ReadResult, payload_bytes: int) -> Summary:
         array_bytes=int(routes.nbytes),
         layers=tuple(loads),
         counts=counts,
+        path=result.path,
+        num_experts=result.num_experts,
+        bits=result.bits,
+        tokens=None if result.token_ids is None else int(result.token_ids.size),
+        logprobs=None if result.logprobs is None else int(result.logprobs.size),
+        logprobs_clamped=result.num_clamped,
     )
 
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from r3wire._base64 import b64decode_strict, b64encode_text
 from r3wire._validate import check_element_count, check_shape
-from r3wire.errors import DecodeError
+from r3wire.errors import DecodeError, describe
 from r3wire.formats._common import (
     ReadOptions,
     ReadResult,
@@ -78,7 +78,9 @@ def _parse_header(text: str) -> tuple[np.dtype[Any], bool, tuple[int, ...]]:
     if not isinstance(header, dict):
         raise DecodeError.make("npy header", "a dict", type(header).__name__, raw=True)
     if set(header) != _HEADER_KEYS:
-        raise DecodeError.make("npy header", f"a dict with keys {sorted(_HEADER_KEYS)}", sorted(map(repr, header)))
+        # describe(), not repr(): a key may be an int too long to print (or any other literal).
+        shown = ", ".join(sorted(describe(key) for key in list(header)[:8]))
+        raise DecodeError.make("npy header", f"a dict with keys {sorted(_HEADER_KEYS)}", f"keys {shown}", raw=True)
     descr = header["descr"]
     if not isinstance(descr, str):
         raise DecodeError.make("npy header.descr", "an integer dtype string (structured dtypes are refused)", descr)
@@ -129,7 +131,13 @@ def _npy_to_routes(payload: str | bytes | bytearray | memoryview, *, max_element
             f"{total} bytes",
             raw=True,
         )
-    buffer = b64decode_strict(payload, total, field=KEY_ROUTED_EXPERTS) if raw is None else raw
+    if raw is None:
+        buffer: bytes | bytearray | memoryview = b64decode_strict(payload, total, field=KEY_ROUTED_EXPERTS)
+    elif isinstance(raw, bytes):
+        buffer = raw  # immutable: array_from_buffer copies it into a writable array
+    else:
+        # The caller may reuse a bytearray or writable memoryview: the result must never alias it.
+        buffer = bytearray(raw)
     if not fortran:
         return array_from_buffer(buffer, dtype, shape, offset=data_offset)
     # Fortran order stores the transpose's C order; hand back the logical array, C-contiguous.

@@ -1,7 +1,9 @@
 """SGLang's ``meta_info["routed_experts"]``: bare base64 of the flattened ids, with no shape.
 
-The legacy form is int32; newer servers add ``meta_info["routed_experts_dtype"]`` (int32, uint16 or uint8; absent
-or null means int32). The caller supplies ``num_layers`` and ``top_k``; the row count follows from the length.
+The legacy form is int32; -1 in a slot means "no routed expert" (sglang-jax documents it; SGLang's dtype change
+keeps int32 for these negative sentinels) and is read and written as is. Newer servers add
+``meta_info["routed_experts_dtype"]`` (int32, uint16 or uint8; absent or null means int32).
+The caller supplies ``num_layers`` and ``top_k``; the row count follows from the length.
 """
 
 from __future__ import annotations
@@ -68,15 +70,17 @@ def read_sglang(payload: object, opts: ReadOptions) -> ReadResult:
         )
     shape = (nbytes // row_bytes, opts.num_layers, opts.top_k)
     routes = decode_b64_array(text, dtype, shape, field=KEY_ROUTED_EXPERTS, max_elements=opts.max_elements)
-    check_ids(routes, KEY_ROUTED_EXPERTS, num_experts=opts.num_experts)
+    # SGLang's -1 placeholder (a slot with no routed expert) is kept; route_mask() excludes it.
+    check_ids(routes, KEY_ROUTED_EXPERTS, num_experts=opts.num_experts, missing_slots=True)
     return ReadResult(routes=routes, format="sglang")
 
 
 def write_sglang(routes: object, opts: WriteOptions) -> str | dict[str, Any]:
     """Write the bare int32 base64 string, or with ``dtype`` the mapping ``{"routed_experts",
     "routed_experts_dtype"}`` (the dtype must travel beside the string). Ids that do not fit the requested dtype
-    are an error here; SGLang itself would fall back to int32."""
-    arr, low, high = prepared_routes(routes, num_experts=opts.num_experts)
+    are an error here; SGLang itself would fall back to int32. -1 placeholders (no routed expert) are written
+    as they are, which only int32 can hold."""
+    arr, low, high = prepared_routes(routes, num_experts=opts.num_experts, missing_slots=True)
     dtype = choose_dtype(
         low, high, requested=opts.dtype, allowed=SGLANG_DTYPES, ladder=(SGLANG_DEFAULT_DTYPE,), format_name="sglang"
     )

@@ -1,0 +1,336 @@
+"""Whole engine responses (read_response), value-based detection at every level, and the formats added with them:
+Fireworks' trace wrapper and per-token matrices, nested JSON lists, SGLang's -1 placeholders."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+import r3wire
+from r3wire import DecodeError, R3WireError, UnsupportedVersionError
+from r3wire.formats import MISSING_ROUTE, read, read_response, write
+
+VECTORS = Path(__file__).parent / "vectors"
+ENGINES: list[dict[str, Any]] = json.loads((VECTORS / "response-engines-v1.json").read_text(encoding="utf-8"))["cases"]
+
+
+def _needs_zstd(case: dict[str, Any]) -> None:
+    if case["name"].startswith("fireworks"):
+        pytest.importorskip("zstandard")
+
+
+@pytest.mark.parametrize("case", ENGINES, ids=[c["name"] for c in ENGINES])
+@pytest.mark.parametrize("as_text", [False, True])
+def test_engine_body_reads_to_its_results(case: dict[str, Any], as_text: bool) -> None:
+    _needs_zstd(case)
+    body = orjson.dumps(case["body"]) if as_text else case["body"]
+    results = read_response(body, **case["read_args"])
+    assert len(results) == len(case["results"])
+    for result, want in zip(results, case["results"], strict=True):
+        assert result.path == want["path"]
+        assert result.format == want["format"]
+        assert result.routes.dtype == np.dtype(want["dtype"])
+        assert result.routes.tolist() == want["values"]
+        assert result.start == want.get("start")
+        assert result.total_tokens == want.get("total_tokens")
+        assert result.num_experts == want.get("num_experts")
+        assert (None if result.mask is None else result.mask.tolist()) == want.get("mask")
+        assert (None if result.token_ids is None else result.token_ids.tolist()) == want["token_ids"]
+        assert (None if result.logprobs is None else result.logprobs.tolist()) == want["logprobs"]
+        assert result.num_clamped == want["num_clamped"]
+
+
+def _vllm_body(routes: Any) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "token_ids": [1, 2], "routed_experts": routes}]}
+
+
+def test_malformed_routes_name_their_path() -> None:
+    body = _vllm_body({"data": "AAAA", "shape": [1, 1, 2], "dtype": "uint8"})
+    with pytest.raises(DecodeError) as info:
+        read_response(body)
+    assert info.value.field is not None
+    assert info.value.field.startswith("$.choices[0].routed_experts")
+    assert str(info.value).startswith("$.choices[0].routed_experts")
+
+
+def test_malformed_token_ids_and_logprobs_name_their_path() -> None:
+    routes = write(np.zeros((1, 1, 1), dtype=np.uint8), "skyrl")
+    body: dict[str, Any] = {"choices": [{"token_ids": [1, "x"], "routed_experts": routes}]}
+    with pytest.raises(DecodeError) as info:
+        read_response(body)
+    assert info.value.field == "$.choices[0].token_ids[1]"
+    body = {"choices": [{"logprobs": {"content": [{"logprob": "high"}]}, "routed_experts": routes}]}
+    with pytest.raises(DecodeError) as info:
+        read_response(body)
+    assert info.value.field is not None
+    assert info.value.field.startswith("$.choices[0].logprobs")
+
+
+def test_sglang_routes_without_shape_say_where() -> None:
+    body = {"meta_info": {"routed_experts": "AQAAAA=="}}
+    with pytest.raises(R3WireError) as info:
+        read_response(body)
+    assert "$.meta_info" in str(info.value)
+
+
+def test_no_routes_is_an_empty_list() -> None:
+    assert read_response({"choices": [{"message": {"content": "hi"}}]}) == []
+    assert read_response(b"[]") == []
+
+
+def test_non_json_body_is_a_decode_error() -> None:
+    with pytest.raises(DecodeError):
+        read_response(b"{not json")
+
+
+def test_sibling_choices_never_share_token_ids() -> None:
+    routes = write(np.zeros((1, 1, 1), dtype=np.uint8), "skyrl")
+    body = {"choices": [{"token_ids": [5], "routed_experts": routes}, {"routed_experts": routes}]}
+    first, second = read_response(body)
+    assert first.token_ids is not None
+    assert first.token_ids.tolist() == [5]
+    assert second.token_ids is None
+
+
+def test_completions_token_logprobs_are_clamped() -> None:
+    routes = write(np.zeros((1, 1, 1), dtype=np.uint8), "skyrl")
+    body = {"choices": [{"logprobs": {"token_logprobs": [None, -1.5]}, "routed_experts": routes}]}
+    (result,) = read_response(body)
+    assert result.logprobs is not None
+    assert result.logprobs.tolist() == [-9999.0, -1.5]
+    assert result.num_clamped == 1
+
+
+# --- detection by the value at every level -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["skyrl", "prime-rl", "r3wire", "nemo-rl", "json-lists"])
+def test_routed_experts_value_is_detected_by_itself(name: str) -> None:
+    routes = np.array([[[1, 2]], [[3, 4]]], dtype=np.uint8)
+    holder = {"index": 0, "routed_experts": write(routes, name)}
+    assert read(holder).format == name
+    assert read(holder, name).routes.tolist() == routes.tolist()
+    assert read(orjson.dumps(holder)).format == name
+
+
+def test_a_choice_or_body_is_refused_with_the_paths_inside() -> None:
+    npy = write(np.zeros((1, 1, 1), dtype=np.uint8), "vllm-npy")
+    for obj, path in (
+        ({"index": 0, "message": {"routed_experts": "nrlre1:int16:0x1x1:"}}, "$.message.routed_experts"),
+        ({"choices": [{"routed_experts": npy}]}, "$.choices[0].routed_experts"),
+        ({"meta_info": {"routed_experts": "AAAA"}}, "$.meta_info.routed_experts"),
+    ):
+        with pytest.raises(DecodeError) as info:
+            read(obj)
+        assert path in str(info.value)
+        assert "read_response" in str(info.value)
+
+
+def test_a_null_routed_experts_says_so() -> None:
+    with pytest.raises(DecodeError, match="null"):
+        read({"routed_experts": None})
+
+
+# --- SGLang placeholders -----------------------------------------------------------------------------------
+
+
+def test_sglang_placeholders_round_trip_as_int32() -> None:
+    routes = np.array([[[3, -1], [-1, -1]], [[0, 1], [2, 3]]], dtype=np.int32)
+    text = write(routes, "sglang")
+    assert isinstance(text, str)
+    result = read(text, "sglang", num_layers=2, top_k=2)
+    assert result.routes.tolist() == routes.tolist()
+    assert result.route_mask().tolist() == (routes != MISSING_ROUTE).tolist()
+    with pytest.raises(Exception, match="dtype"):
+        write(routes, "sglang", dtype="uint16")
+
+
+def test_route_mask_combines_row_mask_and_sentinels() -> None:
+    result = read(
+        write(np.ones((3, 1, 2), dtype=np.uint8), "fireworks-matrices", mask=np.array([1, 0, 1], bool)),
+        num_layers=1,
+        top_k=2,
+    )
+    assert result.route_mask()[:, 0, 0].tolist() == [True, False, True]
+
+
+# --- Fireworks --------------------------------------------------------------------------------------------------
+
+
+def _r3(mode: int, total: int, replayed: int, first: int, *, selector: bytes, matrix: bytes) -> bytes:
+    header = struct.pack("<4sBBBBIIIIQ", b"R3V1", 1, mode, 1, 1, total, replayed, first, len(selector), len(matrix))
+    return header + selector + matrix
+
+
+def test_fireworks_zero_replayed_keeps_total_tokens() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    text = base64.b64encode(zstandard.ZstdCompressor().compress(_r3(0, 10, 0, 0, selector=b"", matrix=b""))).decode()
+    result = read(text, "fireworks-r3v1", num_layers=2, top_k=2)
+    assert result.routes.shape == (0, 2, 2)
+    assert result.total_tokens == 10
+
+
+def test_fireworks_reads_a_leading_skippable_frame() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    skippable = struct.pack("<II", 0x184D2A53, 3) + b"abc"
+    stream = skippable + zstandard.ZstdCompressor().compress(_r3(0, 1, 1, 0, selector=b"", matrix=bytes([1, 2, 3, 4])))
+    for payload in (stream, base64.b64encode(stream).decode()):
+        result = read(payload, num_layers=2, top_k=2)
+        assert result.format == "fireworks-r3v1"
+        assert result.routes.tolist() == [[[1, 2], [3, 4]]]
+
+
+def test_fireworks_selector_in_all_mode_is_skipped_not_held() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    # 64 MiB of meaningless selector bytes compress to a few KB; reading must not keep them.
+    raw = _r3(0, 1, 1, 0, selector=bytes(64 << 20), matrix=bytes([1, 2, 3, 4]))
+    text = base64.b64encode(zstandard.ZstdCompressor().compress(raw)).decode()
+    assert len(text) < 10_000
+    assert read(text, "fireworks-r3v1", num_layers=2, top_k=2).routes.tolist() == [[[1, 2], [3, 4]]]
+
+
+def test_fireworks_bitmap_header_claims_checked_before_allocation() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    total = 1 << 24
+    raw = _r3(2, total, 0, 0, selector=bytes(total // 8), matrix=b"")
+    text = base64.b64encode(zstandard.ZstdCompressor().compress(raw)).decode()
+    with pytest.raises(DecodeError) as info:
+        read(text, "fireworks-r3v1", num_layers=48, top_k=8, max_elements=1 << 29)
+    assert info.value.field == "shape"
+
+
+def test_fireworks_trace_round_trip_keeps_suffix_and_mask() -> None:
+    pytest.importorskip("zstandard")
+    routes = np.arange(12, dtype=np.uint8).reshape(3, 2, 2)
+    suffix = read(write(routes, "fireworks-trace", start=4, total_tokens=9), num_layers=2, top_k=2)
+    assert (suffix.format, suffix.start, suffix.total_tokens) == ("fireworks-trace", 4, 9)
+    mask = np.array([True, False, True])
+    bitmap = read(write(routes, "fireworks-trace", mask=mask), num_layers=2, top_k=2)
+    assert bitmap.mask is not None
+    assert bitmap.mask.tolist() == mask.tolist()
+    with pytest.raises(UnsupportedVersionError):
+        read(
+            {"manifest": {"PayloadVersion": "r3/v9", "Compression": "zstd"}, "data": "KLUv/Q=="}, num_layers=2, top_k=2
+        )
+
+
+def test_fireworks_matrices_write_a_suffix_as_leading_nulls() -> None:
+    routes = np.arange(8, dtype=np.uint8).reshape(2, 2, 2)
+    out = write(routes, "fireworks-matrices", start=2, total_tokens=5)
+    assert [entry is None for entry in out] == [True, True, False, False, True]
+    back = read(out, num_layers=2, top_k=2)
+    assert back.mask is not None
+    assert back.routes[back.mask].tolist() == routes.tolist()
+
+
+# --- nested lists and .npy aliasing -------------------------------------------------------------------------------
+
+
+def test_json_lists_from_text_and_size_first() -> None:
+    assert read(b"[[[1, 2]], [[3, 4]]]").routes.tolist() == [[[1, 2]], [[3, 4]]]
+    with pytest.raises(DecodeError) as info:
+        read([[[1, 2]], [[3, 4]]], "json-lists", max_elements=3)
+    assert info.value.field == "shape"
+    empty = read([], "json-lists", num_layers=2, top_k=3)
+    assert empty.routes.shape == (0, 2, 3)
+
+
+def test_npy_from_a_bytearray_never_aliases_it() -> None:
+    out = io.BytesIO()
+    np.save(out, np.arange(8, dtype=np.uint8).reshape(2, 2, 2))
+    buffer = bytearray(out.getvalue())
+    result = read(buffer)
+    buffer[-8:] = bytes(8)
+    assert result.routes.tolist() == np.arange(8).reshape(2, 2, 2).tolist()
+    assert result.routes.flags.writeable
+
+
+# --- limits shared with the core (issue 11): these run once the core's bounds are merged ----------------------
+
+CORE_BOUNDS = hasattr(r3wire, "DEFAULT_MAX_ELEMENTS")
+needs_core_bounds = pytest.mark.skipif(
+    not CORE_BOUNDS, reason="needs the core's per-dimension bound and default max_elements (issue 11.1, 11.2)"
+)
+HUGE = 2**62
+
+
+@needs_core_bounds
+@pytest.mark.parametrize(
+    ("payload", "name"),
+    [
+        ({"data": "", "shape": [HUGE, 0, HUGE], "start": 0, "dtype": "uint8"}, "prime-rl"),
+        ({"data": "", "shape": [HUGE, 0, HUGE]}, "prime-rl-b85"),
+        ({"data": "", "shape": [HUGE, 0, 2], "dtype": "uint8"}, "skyrl"),
+        (f"nrlre1:int16:{HUGE}x0x{HUGE}:", "nemo-rl"),
+    ],
+)
+def test_zero_element_overflowing_shapes_are_decode_errors(payload: Any, name: str) -> None:
+    with pytest.raises(DecodeError):
+        read(payload, name)
+
+
+@needs_core_bounds
+def test_fireworks_bitmap_claims_meet_the_default_cap() -> None:
+    zstandard = pytest.importorskip("zstandard")
+    total = 1 << 24
+    raw = _r3(2, total, 0, 0, selector=bytes(total // 8), matrix=b"")
+    text = base64.b64encode(zstandard.ZstdCompressor().compress(raw)).decode()
+    assert len(text) < 4096
+    with pytest.raises(DecodeError):
+        read(text, "fireworks-r3v1", num_layers=48, top_k=8)  # 6 GiB claimed, no max_elements given
+
+
+def test_an_r3wire_dumps_body_reads_with_its_side_channels() -> None:
+    routes = np.array([[[1, 2]], [[3, 4]]], dtype=np.uint8)
+    body = r3wire.dumps(
+        {
+            "choices": [
+                {
+                    "token_ids": np.array([7, 8], dtype=np.int32),
+                    # Finite: dumps will refuse a NaN under "logprobs" (issue 12.6); either envelope kind reads.
+                    "logprobs": np.array([-0.5, -1.5], dtype=np.float32),
+                    "routed_experts": routes,
+                }
+            ]
+        },
+        num_experts=16,
+    )
+    (result,) = read_response(body)
+    assert (result.path, result.format, result.num_experts) == ("$.choices[0].routed_experts", "r3wire", 16)
+    assert result.routes.tolist() == routes.tolist()
+    assert result.token_ids is not None
+    assert result.token_ids.tolist() == [7, 8]
+    assert result.logprobs is not None
+    assert result.logprobs.tolist() == [-0.5, -1.5]
+    assert result.num_clamped == 0
+
+
+def test_dynamo_with_an_sglang_backend_forwards_the_bare_string() -> None:
+    # dynamo copies meta_info["routed_experts"] into nvext without routed_experts_dtype: int32 on the wire.
+    routes = np.array([[[3, -1], [4, 5]]], dtype=np.int32)
+    body = {
+        "choices": [{"index": 0, "message": {"content": "a"}}],
+        "nvext": {"routed_experts": write(routes, "sglang")},
+    }
+    (result,) = read_response(body, num_layers=2, top_k=2)
+    assert (result.path, result.format) == ("$.nvext.routed_experts", "sglang")
+    assert result.routes.tolist() == routes.tolist()
+
+
+@pytest.mark.parametrize("name", ["fireworks-trace", "fireworks-matrices", "json-lists"])
+def test_new_formats_read_their_json_text(name: str) -> None:
+    if name == "fireworks-trace":
+        pytest.importorskip("zstandard")
+    routes = np.arange(8, dtype=np.uint8).reshape(2, 2, 2)
+    text = orjson.dumps(write(routes, name))
+    for payload in (text, text.decode()):
+        assert read(payload, name, num_layers=2, top_k=2).routes.tolist() == routes.tolist()
+        assert read(payload, num_layers=2, top_k=2).format == name
