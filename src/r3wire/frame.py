@@ -74,10 +74,10 @@ def encode_routes_frame(routes: Any, *, num_experts: int | None = None, pack_bit
     :func:`r3wire.encode_routes`; the data is the bytes that envelope's base64 would carry.
 
     The frame is written once, header and ids, into one NumPy-allocated buffer, and returned as a read-only
-    ``memoryview`` of it: bytes-like (``len``, slicing, ``==`` with ``bytes``, hashing, ``socket.send``, ZMQ,
+    ``memoryview`` of it: bytes-like (``len``, slicing, ``==`` with ``bytes``, ``socket.send``, ZMQ,
     msgpack ``bin``, :func:`decode_routes_frame`) without a copy into a ``bytes`` object, which costs a fresh
     allocation's page faults on every call for large frames. Use ``bytes(frame)`` where an immutable ``bytes`` is
-    required (pickling, concatenation).
+    required (pickling, hashing, ``frame + b"..."``).
 
     Args:
         routes: integer ids ``[rows, layers, top_k]`` (NumPy array, torch tensor or nested lists).
