@@ -223,7 +223,7 @@ def test_frame_is_a_read_only_bytes_like_view() -> None:
     assert isinstance(frame, memoryview)
     assert frame.readonly
     assert (frame.format, frame.ndim, frame.contiguous) == ("B", 1, True)
-    assert frame[:4] == b"R3WF"
+    assert frame[:4] == memoryview(b"R3WF")
     assert bytes(frame) == frame
     assert decode_routes_frame(bytes(frame)).tolist() == _routes().tolist()
 
