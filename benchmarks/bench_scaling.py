@@ -383,16 +383,16 @@ def plot(sweep: list[Cell], path: Path, subtitle: str) -> None:
     import matplotlib.pyplot as plt  # noqa: PLC0415
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
-    labels = {c.method: c.label for c in sweep}
+    labels = {c.method: c.label for c in sweep if c.method != "memcpy"}
+    sizes = sorted({c.rows for c in sweep})
+    # The memcpy line: the median of every memcpy sample paired with any method at that size.
+    baseline = [statistics.median(c.memcpy_ms * 1e6 / c.ids for c in sweep if c.rows == rows) for rows in sizes]
+    left.plot(sizes, baseline, label="memcpy of the int32 source", linestyle="--", color="black")
     for method, label in labels.items():
         cells = sorted((c for c in sweep if c.method == method), key=lambda c: c.rows)
         rows = [c.rows for c in cells]
-        if method == "memcpy":
-            left.plot(rows, [c.ns_per_id for c in cells], label=label, linestyle="--", color="black")
-        else:
-            left.plot(rows, [c.ns_per_id for c in cells], label=label, marker="o")
-        if method != "memcpy":
-            right.plot(rows, [c.ratios["round_trip_x_memcpy"] for c in cells], label=label, marker="o")
+        left.plot(rows, [c.ns_per_id for c in cells], label=label, marker="o")
+        right.plot(rows, [c.ratios["round_trip_x_memcpy"] for c in cells], label=label, marker="o")
     for axis in (left, right):
         axis.set_xscale("log", base=2)
         axis.set_xlabel("rows (tokens), 60 layers x top-8 of 384 experts")
@@ -408,6 +408,37 @@ def plot(sweep: list[Cell], path: Path, subtitle: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)
     plt.close(figure)
+
+
+def _load(machine: dict[str, Any]) -> str:
+    start, end = machine.get("load_average_at_start"), machine.get("load_average_at_end")
+    return f"{start[0]:.1f} -> {end[0]:.1f}" if start and end else "?"
+
+
+def check_targets(tables: dict[str, list[Cell]], sweep: list[Cell]) -> list[dict[str, Any]]:
+    """Issue 14's targets that this script measures; a target whose cells were not run is left out."""
+    cell = {(name, c.method): c for name, cells in tables.items() for c in cells}
+    swept = {(c.method, c.rows): c for c in sweep}
+    found: list[dict[str, Any]] = []
+
+    def add(name: str, value: float, threshold: float) -> None:
+        found.append({"target": name, "value": value, "threshold": threshold, "passed": value <= threshold})
+
+    if ("W1", "frame") in cell:
+        add("W1 frame round trip <= 1.2x memcpy", cell["W1", "frame"].ratios["round_trip_x_memcpy"], 1.2)
+    if ("W1", "dumps") in cell:
+        add("W1 dumps + loads <= 2.0x memcpy", cell["W1", "dumps"].ratios["round_trip_x_memcpy"], 2.0)
+    if ("K2", "iter_dumps") in cell:
+        add("K2 iter_dumps + loads <= 3.5x memcpy", cell["K2", "iter_dumps"].ratios["round_trip_x_memcpy"], 3.5)
+    for method in ("frame", "frame-packed"):
+        if ("K2", method) in cell and ("K2-u16", method) in cell:
+            ratio = cell["K2-u16", method].encode_ms / cell["K2", method].encode_ms
+            add(f"K2 {method} encode: uint16 source / int32 source <= 1.0", ratio, 1.0)
+    for method in dict.fromkeys(m for m, _ in swept):
+        if method != "memcpy" and (method, 4096) in swept and (method, 32768) in swept:
+            ratio = swept[method, 32768].ns_per_id / swept[method, 4096].ns_per_id
+            add(f"sweep {method}: ns/id at 32768 rows / at 4096 rows <= 1.5", ratio, 1.5)
+    return found
 
 
 def _version(dist: str) -> str | None:
@@ -445,7 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated; empty for none")
     parser.add_argument("--sizes", default=",".join(map(str, SWEEP_ROWS)), help="sweep rows; empty for none")
-    parser.add_argument("--repeat", type=int, default=9, help="timed runs per cell, at most (default 9)")
+    parser.add_argument("--repeat", type=int, default=11, help="timed runs per cell, at most (default 11)")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds per cell after 3 runs (default 1)")
     parser.add_argument("--json", type=Path, help="also write every number here")
     parser.add_argument("--plot", type=Path, help="write the sweep as a PNG here (needs matplotlib)")
@@ -501,10 +532,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(format_cells(title, cells) + "\n")
     if sweep:
         print(format_sweep(sweep))
+    targets = check_targets(tables, sweep)
+    for target in targets:
+        print(f"{'PASS' if target['passed'] else 'MISS'}  {target['target']}: {target['value']:.2f}")
     if args.plot and sweep:
         subtitle = (
             f"r3wire {machine['r3wire']}, numpy {machine['numpy']}, {machine['cpu']}, {machine['usable_cpus']} shared "
-            f"CPUs (load {machine['load_average_at_start'][0] if machine['load_average_at_start'] else '?'}); medians"
+            f"CPUs, load average {_load(machine)}; medians"
         )
         plot(sweep, args.plot, subtitle)
         print(f"wrote {args.plot}")
@@ -519,6 +553,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 for name, cells in tables.items()
             },
             "sweep": [{**asdict(c), "ns_per_id": c.ns_per_id} for c in sweep],
+            "targets": targets,
         }
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(document, indent=1) + "\n")
