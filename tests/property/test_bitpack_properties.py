@@ -49,6 +49,23 @@ def test_kernel_matches_reference(case: tuple[list[int], int], small_count: int)
     assert back.tolist() == unpack_reference(stream.tobytes(), len(ids), bits) == ids
 
 
+@given(st.integers(1, MAX_BITS), st.integers(1, 3), st.data())
+def test_chunked_kernel_matches_reference(bits: int, chunk: int, data: Any) -> None:
+    """Many chunks of a few groups each: chunk edges, the overlapping loads near the stream's end, the short group."""
+    top = (1 << bits) - 1
+    ids = data.draw(st.lists(st.one_of(st.sampled_from([0, top]), st.integers(0, top)), min_size=1, max_size=200))
+    defaults = bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS
+    bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS = -1, chunk  # type: ignore[misc]
+    try:
+        stream = pack_bits(np.array(ids, dtype=np.int64), bits)
+        framed = np.concatenate([stream, np.full(9, 0xFF, np.uint8)])[: stream.size]  # bytes after it: not read
+        back = unpack_bits(framed, len(ids), bits, np.int32)
+    finally:
+        bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS = defaults  # type: ignore[misc]
+    assert stream.tobytes() == pack_reference(ids, bits)
+    assert back.tolist() == ids
+
+
 @st.composite
 def routes_and_experts(draw: st.DrawFn) -> tuple[np.ndarray[Any, Any], int | None]:
     shape = draw(hnp.array_shapes(min_dims=3, max_dims=3, min_side=0, max_side=7))
