@@ -86,12 +86,17 @@ def _plan(bits: int) -> _Plan:
     fields: list[tuple[str, int, int]] = []
     formats: list[np.dtype[Any]] = []
     offsets: list[int] = []
-    offset = 0
-    for size in [8] * (bits // 8) + [s for s in (4, 2, 1) if bits % 8 & s]:
+    # The whole words, then the last word's ``bits % 8`` bytes as at most two fields of one power-of-two size,
+    # overlapping when that size does not divide it (7 bytes: 4 at 0 and 4 at 3): the bytes they share get the
+    # same value from either, so one fewer strided store and shift than 4 + 2 + 1.
+    rest = bits % 8
+    size = 1 << (rest.bit_length() - 1) if rest else 0
+    tail = [(bits // 8 * 8, size), (bits // 8 * 8 + rest - size, size)] if rest and rest != size else []
+    spans = [(8 * w, 8) for w in range(bits // 8)] + (tail or ([(bits // 8 * 8, rest)] if rest else []))
+    for offset, size in spans:
         fields.append((f"f{len(fields)}", offset // 8, 8 * (offset % 8)))
         formats.append(_LE_UINT[8 * size])
         offsets.append(offset)
-        offset += size
     # Any: NumPy's stubs type this dict form as a TypedDict whose shape differs across releases.
     spec: Any = {"names": [f[0] for f in fields], "formats": formats, "offsets": offsets, "itemsize": bits}
     record = np.dtype(spec)
