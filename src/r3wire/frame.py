@@ -60,9 +60,11 @@ _HEADER: Final = struct.Struct("<4sBBBBQQII")
 _DTYPE_CODES: Final[dict[str, int]] = {"uint8": 1, "int16": 2, "int32": 3}
 _DTYPE_NAMES: Final[dict[int, str]] = {code: name for name, code in _DTYPE_CODES.items()}
 _MAX_TOP_K: Final = (1 << 32) - 1
-# Ids per chunk of the encoder's check-then-copy: 1 MiB of int32 source, read from memory once, stays in cache
-# between the max() that checks it and the copy that narrows it.
-_CHUNK_IDS: Final = 1 << 18
+# Ids per chunk of the encoder's check-then-copy: 4 MiB of int32 source, read from memory once, stays in cache
+# (32 MiB L3 here) between the max() that checks it and the copy that narrows it. Encode / memcpy of the int32
+# source, medians of 9 interleaved rounds, W1 and K2: 1 << 16 ids 1.47x / 1.26x, 1 << 18 0.89x / 1.06x,
+# 1 << 20 0.77x / 1.06x, unchunked (two passes over memory) 0.79x / 1.42x.
+_CHUNK_IDS: Final = 1 << 20
 
 assert _HEADER.size == FRAME_HEADER_SIZE
 
