@@ -232,9 +232,10 @@ def test_frame_is_a_read_only_bytes_like_view() -> None:
 @pytest.mark.parametrize("num_experts", [None, 384])
 @pytest.mark.parametrize("dtype", ["<u2", ">u2", "<i4", ">i4", "<i8", "<u8"])
 def test_large_sources_of_any_dtype_give_the_envelope_bytes(
-    dtype: str, num_experts: int | None, pack_bits: bool
+    monkeypatch: pytest.MonkeyPatch, dtype: str, num_experts: int | None, pack_bits: bool
 ) -> None:
-    routes = _routes(rows=1500, seed=3).astype(dtype)  # 30,000 ids: several chunks with tiny chunks below
+    monkeypatch.setattr("r3wire.frame._CHUNK_IDS", 4096)
+    routes = _routes(rows=1500, seed=3).astype(dtype)  # 30,000 ids: 8 chunks, the packed kernel's chunked path
     envelope = encode_routes(routes, num_experts=num_experts, pack_bits=pack_bits)
     frame = encode_routes_frame(routes, num_experts=num_experts, pack_bits=pack_bits)
     assert bytes(frame[FRAME_HEADER_SIZE:]) == base64.b64decode(envelope["data"])
