@@ -104,6 +104,8 @@ def encode_routes_frame(routes: Any, *, num_experts: int | None = None, pack_bit
     limit = min(declared.num_experts or 1 << 31, 1 << (8 * arr.dtype.itemsize - (arr.dtype.kind == "i")))
     if declared.num_experts is not None:
         name, bits = declared.dtype, declared.bits
+        if limit == 1 << (8 * arr.dtype.itemsize):  # an unsigned source (vLLM's uint8) can hold no id this large
+            limit = 0
     else:  # the dtype and bits follow from the largest id: one pass to find it before writing any
         high = int(ids.max()) if ids.size else 0
         if high >= limit:
