@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Performance at scale: cost per id from 256 to 131072 rows, page faults and peak memory, as multiples of a memcpy.
 
-    python benchmarks/bench_scaling.py                              # workloads + sweep: ~2-4 minutes on 2 cores
+    python benchmarks/bench_scaling.py                              # workloads + sweep: 45-85 s on 2 busy cores
     python benchmarks/bench_scaling.py --json out.json --plot docs/img/scaling.png
     python benchmarks/bench_scaling.py --sizes 4096,32768 --workloads K2   # a part of it
 
