@@ -31,7 +31,7 @@ from r3wire import bitpack, decode_routes, decode_routes_frame, encode_routes, e
 from r3wire._base64 import BACKEND
 from r3wire.schema import bits_for_num_experts
 
-WORKLOADS = {
+WORKLOADS: dict[str, dict[str, Any]] = {
     "W3": {"rows": 16384, "layers": 60, "top_k": 8, "num_experts": 384, "model": "Kimi-K2-like"},
     "W1": {"rows": 8192, "layers": 48, "top_k": 8, "num_experts": 128, "model": "Qwen3-30B-A3B-like"},
 }

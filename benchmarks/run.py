@@ -80,6 +80,7 @@ WORKLOADS = {
     "W1": Workload("W1", 8192, 48, 8, 128, note="Qwen3-30B-A3B, 8k tokens"),
     "W2": Workload("W2", 16384, 58, 8, 256, note="DeepSeek-V3 (58 MoE layers), 16k tokens"),
     "W3": Workload("W3", 16384, 60, 8, 384, note="Kimi K2 (60 MoE layers), 16k tokens"),
+    "K2": Workload("K2", 32768, 60, 8, 384, note="Kimi K2 (60 MoE layers), 32k tokens: issue 14's scale"),
     "W4": Workload("W4", 16, 1, 2, 8, note="tiny: per-call overhead"),
     "batch": Workload("batch", 2048, 48, 8, 128, sequences=256, note="256 W1-shaped 2048-token sequences"),
 }
@@ -562,7 +563,9 @@ def check_targets(rows: list[Row]) -> list[Target]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--workloads", default="W1,W2,W3,W4,batch", help="comma-separated, from " + ",".join(WORKLOADS))
+    parser.add_argument(
+        "--workloads", default="W1,W2,W3,K2,W4,batch", help="comma-separated, from " + ",".join(WORKLOADS)
+    )
     parser.add_argument("--repeat", type=int, default=15, help="timed iterations per method (at most)")
     parser.add_argument("--budget", type=float, default=1.0, help="seconds per method and workload (soft)")
     parser.add_argument("--quick", action="store_true", help="W1 and W4, 7 repeats, 0.5 s budget")

@@ -1,4 +1,4 @@
-"""benchmarks/run.py runs: a smoke test on the tiny workload (about two seconds); the numbers are not checked."""
+"""The benchmark scripts run (smoke tests on tiny sizes, a few seconds each); their numbers are not checked."""
 
 from __future__ import annotations
 
@@ -27,3 +27,30 @@ def test_benchmark_runs_and_writes_json(tmp_path: Path) -> None:
     assert {"memcpy", "json-lists", "orjson-numpy", "r3wire-envelope", "r3wire-dumps"} <= set(rows)
     assert rows["r3wire-dumps"]["payload_bytes"] > 0
     assert rows["json-lists"]["ratios"]["vs_json_lists"] == 1.0
+
+
+SCALING = SCRIPT.parent / "bench_scaling.py"
+
+
+@pytest.mark.skipif(not SCALING.exists(), reason="benchmarks/ is not part of this checkout")
+def test_scaling_benchmark_runs_and_writes_json_and_plot(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "scaling.json", tmp_path / "scaling.png"
+    args = ["--smoke", "--sizes", "512,2048", "--json", str(out), "--plot", str(png)]
+    done = subprocess.run(
+        [sys.executable, str(SCALING), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert set(result["workloads"]) == {"W1", "K2", "K2-u16"}
+    sweep = {(cell["method"], cell["rows"]) for cell in result["sweep"]}
+    methods = {"memcpy", "envelope", "dumps", "frame", "frame-packed"}
+    assert {(m, rows) for m in methods for rows in (1, 4)} <= sweep  # --smoke divides rows by 512
+    for cell in result["sweep"]:
+        assert cell["ns_per_id"] > 0
+        assert cell["ratios"]["round_trip_x_memcpy"] > 0
+        assert cell["encode_faults"] >= 0
+    has_iter = any(cell["method"] == "iter_dumps" for cell in result["sweep"])
+    assert has_iter != any("iter_dumps" in note for note in result["notes"])  # a row, or a note saying why not
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "round trip, ns per id" in done.stdout

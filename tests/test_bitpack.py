@@ -152,3 +152,45 @@ def test_unpack_refuses_a_dtype_too_narrow() -> None:
         unpack_bits(b"\0" * 16, 8, 16, np.int16)
     with pytest.raises(R3WireError, match="holds 3-bit ids"):
         unpack_bits(b"\0" * 3, 8, 3, np.float32)
+
+
+def test_pack_into_a_reused_buffer() -> None:
+    ids = np.arange(5000, dtype=np.int32) % 384
+    want = pack_bits(ids, 9)
+    out = np.full(want.size, 0xFF, dtype=np.uint8)
+    written = pack_bits(ids, 9, out=out)
+    assert np.shares_memory(written, out)
+    assert out.tobytes() == want.tobytes() == pack_reference(ids.tolist(), 9)
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        (np.empty(10, dtype=np.uint8), "out must be 12 bytes, got 10 bytes"),
+        (np.empty(24, dtype=np.uint8)[::2], "out must be a writable, C-contiguous NumPy array"),
+        (bytearray(12), "out must be a writable, C-contiguous NumPy array, got bytearray"),
+    ],
+)
+def test_pack_into_a_wrong_buffer(out: Any, message: str) -> None:
+    with pytest.raises(EncodeError, match=message):
+        pack_bits(np.arange(12), 8, out=out)
+
+
+def test_below_bounds_the_ids_more_tightly_than_bits() -> None:
+    ids = np.array([0, 383, 384], dtype=np.uint16)
+    assert pack_bits(ids[:2], 9, below=384).size == 3
+    with pytest.raises(EncodeError, match=r"ids must be integers in 0..383 \(below=384\), got 384"):
+        pack_bits(ids, 9, below=384)
+    with pytest.raises(EncodeError, match="below must be an integer"):
+        pack_bits(ids, 9, below=0)
+
+
+@pytest.mark.parametrize("dtype", ["i1", "<i2", ">i4", "<i8"])
+def test_one_pass_check_still_sees_negative_ids(dtype: str) -> None:
+    ids = np.zeros(2000, dtype=dtype)
+    ids[1234] = -1  # all ones when viewed as unsigned: at least 2**(width - 1), above every bits' limit
+    for bits in (1, 8, 9, 31):
+        with pytest.raises(EncodeError, match="got -1"):
+            pack_bits(ids, bits)
+        with pytest.raises(EncodeError, match="got -1"):
+            pack_bits(ids[1230:1240], bits)  # the small-count path

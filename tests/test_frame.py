@@ -28,7 +28,7 @@ def _routes(rows: int = 6, num_experts: int = 384, seed: int = 0) -> np.ndarray[
     return synthetic_routes(rows, layers=5, top_k=4, num_experts=num_experts, seed=seed, dtype=np.int32)
 
 
-def _header(frame: bytes) -> tuple[Any, ...]:
+def _header(frame: bytes | memoryview) -> tuple[Any, ...]:
     return struct.unpack_from("<4sBBBBQQII", frame)
 
 
@@ -134,7 +134,7 @@ def test_encode_errors_are_those_of_encode_routes() -> None:
 def _both(routes: np.ndarray[Any, Any], *, wire_experts: int | None, pack_bits: bool) -> tuple[dict[str, Any], bytes]:
     return (
         encode_routes(routes, num_experts=wire_experts, pack_bits=pack_bits),
-        encode_routes_frame(routes, num_experts=wire_experts, pack_bits=pack_bits),
+        bytes(encode_routes_frame(routes, num_experts=wire_experts, pack_bits=pack_bits)),  # bytes: to splice
     )
 
 
@@ -177,7 +177,7 @@ def test_decode_errors_are_those_of_decode_routes(pack_bits: bool) -> None:
 
 
 def test_frame_checks_in_order() -> None:
-    frame = encode_routes_frame(_routes(), num_experts=384, pack_bits=True)
+    frame = bytes(encode_routes_frame(_routes(), num_experts=384, pack_bits=True))  # bytes: to splice
     with pytest.raises(DecodeError, match=r"magic must be b'R3WF'"):
         decode_routes_frame(b"R3WX" + frame[4:])
     with pytest.raises(UnsupportedVersionError) as info:
@@ -225,3 +225,53 @@ def test_bad_caller_arguments(num_experts: Any) -> None:
         decode_routes_frame(frame, num_experts=num_experts)
     with pytest.raises(R3WireError, match="max_elements must be an integer"):
         decode_routes_frame(frame, max_elements=-1)
+
+
+def test_frame_is_a_read_only_bytes_like_view() -> None:
+    frame = encode_routes_frame(_routes(), num_experts=384)
+    assert isinstance(frame, memoryview)
+    assert frame.readonly
+    assert (frame.format, frame.ndim, frame.contiguous) == ("B", 1, True)
+    assert frame[:4] == memoryview(b"R3WF")
+    assert bytes(frame) == frame
+    assert decode_routes_frame(bytes(frame)).tolist() == _routes().tolist()
+
+
+@pytest.mark.parametrize("pack_bits", [False, True])
+@pytest.mark.parametrize("num_experts", [None, 384])
+@pytest.mark.parametrize("dtype", ["<u2", ">u2", "<i4", ">i4", "<i8", "<u8"])
+def test_large_sources_of_any_dtype_give_the_envelope_bytes(
+    monkeypatch: pytest.MonkeyPatch, dtype: str, num_experts: int | None, pack_bits: bool
+) -> None:
+    monkeypatch.setattr("r3wire.frame._CHUNK_IDS", 4096)
+    routes = _routes(rows=1500, seed=3).astype(dtype)  # 30,000 ids: 8 chunks, the packed kernel's chunked path
+    envelope = encode_routes(routes, num_experts=num_experts, pack_bits=pack_bits)
+    frame = encode_routes_frame(routes, num_experts=num_experts, pack_bits=pack_bits)
+    assert bytes(frame[FRAME_HEADER_SIZE:]) == base64.b64decode(envelope["data"])
+    strided = encode_routes_frame(np.asfortranarray(routes), num_experts=num_experts, pack_bits=pack_bits)
+    assert bytes(strided) == bytes(frame)
+
+
+@pytest.mark.parametrize("pack_bits", [False, True])
+def test_a_bad_id_in_a_late_chunk_gets_the_error_of_encode_routes(
+    monkeypatch: pytest.MonkeyPatch, pack_bits: bool
+) -> None:
+    monkeypatch.setattr("r3wire.frame._CHUNK_IDS", 64)
+    monkeypatch.setattr("r3wire.bitpack._CHUNK_GROUPS", 8)
+    monkeypatch.setattr("r3wire.bitpack._SMALL_COUNT", -1)
+    for bad, num_experts in [(-1, 384), (384, 384), (-5, None), (2**31, None)]:
+        routes = _routes(rows=50).astype(np.int64)
+        routes[47, 3, 2] = bad
+        with pytest.raises(EncodeError) as want:
+            encode_routes(routes, num_experts=num_experts, pack_bits=pack_bits)
+        with pytest.raises(EncodeError) as got:
+            encode_routes_frame(routes, num_experts=num_experts, pack_bits=pack_bits)
+        assert str(got.value) == str(want.value)
+        assert got.value.field == "routes[47, 3, 2]"
+
+
+def test_negative_int8_ids_are_not_mistaken_for_large_uint8_ones() -> None:
+    routes = np.array([[[1, -1]]], dtype=np.int8)  # -1 is 255 viewed as unsigned: a valid uint8 id
+    for kwargs in [{}, {"num_experts": 256}, {"pack_bits": True}, {"num_experts": 256, "pack_bits": True}]:
+        with pytest.raises(EncodeError, match="non-negative"):
+            encode_routes_frame(routes, **kwargs)  # type: ignore[arg-type]

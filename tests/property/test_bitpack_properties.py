@@ -4,6 +4,7 @@ exception) for packed envelopes and frames."""
 
 from __future__ import annotations
 
+import base64
 import json
 import struct
 from typing import Any
@@ -17,7 +18,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from bitref import pack_reference, unpack_reference
-from r3wire import bitpack, decode_routes, decode_routes_frame, encode_routes, encode_routes_frame
+from r3wire import EncodeError, bitpack, decode_routes, decode_routes_frame, encode_routes, encode_routes_frame
+from r3wire import frame as frame_module
 from r3wire.bitpack import MAX_BITS, pack_bits, unpack_bits
 
 pytestmark = pytest.mark.property
@@ -45,6 +47,23 @@ def test_kernel_matches_reference(case: tuple[list[int], int], small_count: int)
         bitpack._SMALL_COUNT = default  # type: ignore[misc]
     assert stream.tobytes() == pack_reference(ids, bits)
     assert back.tolist() == unpack_reference(stream.tobytes(), len(ids), bits) == ids
+
+
+@given(st.integers(1, MAX_BITS), st.integers(1, 3), st.data())
+def test_chunked_kernel_matches_reference(bits: int, chunk: int, data: Any) -> None:
+    """Many chunks of a few groups each: chunk edges, the overlapping loads near the stream's end, the short group."""
+    top = (1 << bits) - 1
+    ids = data.draw(st.lists(st.one_of(st.sampled_from([0, top]), st.integers(0, top)), min_size=1, max_size=200))
+    defaults = bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS
+    bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS = -1, chunk  # type: ignore[misc]
+    try:
+        stream = pack_bits(np.array(ids, dtype=np.int64), bits)
+        framed = np.concatenate([stream, np.full(9, 0xFF, np.uint8)])[: stream.size]  # bytes after it: not read
+        back = unpack_bits(framed, len(ids), bits, np.int32)
+    finally:
+        bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS = defaults  # type: ignore[misc]
+    assert stream.tobytes() == pack_reference(ids, bits)
+    assert back.tolist() == ids
 
 
 @st.composite
@@ -95,6 +114,60 @@ def test_frame_round_trip(case: tuple[np.ndarray[Any, Any], int | None], pack: b
     assert np.array_equal(back, routes)
     assert back.flags.c_contiguous
     assert back.flags.aligned
+
+
+@given(routes_and_experts(), st.data())
+def test_frame_encoder_agrees_with_encode_routes(case: tuple[np.ndarray[Any, Any], int | None], data: Any) -> None:
+    """The frame's one-pass, chunked check and copy: the envelope's bytes for valid ids, its error for bad ones."""
+    routes, num_experts = case
+    if routes.size and data.draw(st.booleans(), label="break an id"):
+        routes = np.array(routes)  # a writable copy, same dtype and memory order
+        where = tuple(data.draw(st.integers(0, n - 1)) for n in routes.shape)
+        info = np.iinfo(routes.dtype)
+        candidates = (-1, int(info.min), num_experts, 2**31, int(info.max), 2**63)
+        bad = data.draw(st.sampled_from([v for v in candidates if v is not None and info.min <= v <= info.max]))
+        routes[where] = bad
+    pack = data.draw(st.booleans(), label="pack_bits")
+    small = data.draw(st.booleans(), label="tiny chunks")
+    defaults = frame_module._CHUNK_IDS, bitpack._CHUNK_GROUPS, bitpack._SMALL_COUNT
+    if small:  # many chunks even for hypothesis-sized arrays; an error may be found in any of them
+        frame_module._CHUNK_IDS, bitpack._CHUNK_GROUPS, bitpack._SMALL_COUNT = 5, 2, -1  # type: ignore[misc]
+    try:
+        envelope = _outcome(lambda: encode_routes(routes, num_experts=num_experts, pack_bits=pack))
+        frame = _outcome(lambda: encode_routes_frame(routes, num_experts=num_experts, pack_bits=pack))
+    finally:
+        frame_module._CHUNK_IDS, bitpack._CHUNK_GROUPS, bitpack._SMALL_COUNT = defaults  # type: ignore[misc]
+    if isinstance(envelope, tuple):
+        assert frame == envelope  # the same field, expected and got
+        return
+    assert isinstance(frame, memoryview)
+    assert frame.readonly
+    assert frame.format == "B"
+    assert bytes(frame[32:]) == base64.b64decode(envelope["data"])
+
+
+def _outcome(encode: Any) -> Any:
+    """What ``encode()`` returns, or its EncodeError as ``(field, expected, got)``."""
+    try:
+        return encode()
+    except EncodeError as error:
+        return (error.field, error.expected, error.got)
+
+
+@given(ids_and_bits(), st.booleans())
+def test_pack_into_out_is_pack(case: tuple[list[int], int], chunked: bool) -> None:
+    ids, bits = case
+    default = bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS
+    if chunked:
+        bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS = -1, 2  # type: ignore[misc]
+    try:
+        source = np.array(ids, dtype=np.int64)
+        out = np.full(bitpack.packed_nbytes(len(ids), bits), 0xA5, dtype=np.uint8)  # stale bytes must not leak
+        written = pack_bits(source, bits, out=out)
+    finally:
+        bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS = default  # type: ignore[misc]
+    assert np.shares_memory(written, out) or not len(ids)
+    assert out.tobytes() == pack_reference(ids, bits)
 
 
 def _only_decode_error(decode: Any, payload: Any) -> None:
