@@ -36,7 +36,8 @@ LONG_TEXT = st.builds(
 )
 
 SHAPES = hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=4)
-ROUTE_SHAPES = hnp.array_shapes(min_dims=3, max_dims=3, min_side=0, max_side=4)
+# Zero rows are an empty turn; routes always have at least one layer and one slot.
+ROUTE_SHAPES = st.tuples(st.integers(0, 4), st.integers(1, 4), st.integers(1, 4))
 ARRAYS = st.one_of(
     hnp.arrays(st.sampled_from(["?", "u1", "i1", "<u2", ">i2", "<i4", ">u4", "<i8"]).map(np.dtype), SHAPES),
     hnp.arrays(np.dtype("<f2"), SHAPES, elements=st.floats(width=16)),
