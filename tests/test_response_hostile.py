@@ -135,6 +135,10 @@ def test_names_inside_strings_are_not_members() -> None:
     back = r3wire.loads(orjson.dumps(doc))
     assert back["note"] == doc["note"]
     assert np.array_equal(back["r"], np.ones((1, 2, 2), np.uint8))
+    # Long runs of escaped backslashes beside \u escapes: the key scan stays linear (a backtracking pattern
+    # took minutes here).
+    slashes = {"r": envelope, "k\\" * 20000 + '"': "\\" * 200000 + "é:", "é": 1}
+    assert r3wire.loads(orjson.dumps(slashes).replace("é".encode(), b"\\u00e9"))["é"] == 1
 
 
 # --- dumps and loads are inverse, or dumps says why not (issue 11.5) ---
@@ -258,7 +262,8 @@ def test_loads_input_buffers() -> None:
     with pytest.raises(DecodeError, match="contiguous"):
         r3wire.loads(np.frombuffer(text + b" ", np.uint8)[::2])
     with pytest.raises(DecodeError, match=r"^\$ must be JSON text"):
-        r3wire.loads(3.5)  # type: ignore[arg-type]
+        r3wire.loads({1, 2})  # type: ignore[arg-type]
+    assert r3wire.loads(3.5) == 3.5  # type: ignore[arg-type]  # a parsed document that is a number
 
 
 # --- threads ---

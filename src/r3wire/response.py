@@ -830,8 +830,10 @@ class _Reader:
 _NAME_KEY = rb'[{,\s]"(?:data|shape|dtype|schema|version|num_experts|bits)"\s*:'
 _NAME_KEY_RE: Final = re.compile(_NAME_KEY)
 _NAME_KEY_TEXT_RE: Final = re.compile(_NAME_KEY.decode())
-# A key spelled with escapes (e.g. "\u0064ata"): its raw form is any string followed by a colon.
-_ANY_KEY_RE: Final = re.compile(rb'[{,\s]"((?:[^"\\]|\\.)*\\(?:[^"\\]|\\.)*)"\s*:')
+# Any key, to find those spelled with escapes (e.g. "\u0064ata"). Each character of the string is matched one
+# way only (no ambiguity between alternatives), so the match is linear: an earlier pattern that required a
+# backslash inside took minutes on long runs of escaped backslashes.
+_ANY_KEY_RE: Final = re.compile(rb'[{,\s]"((?:[^"\\]|\\.)*)"\s*:')
 _ANY_KEY_TEXT_RE: Final = re.compile(_ANY_KEY_RE.pattern.decode())
 _NAME_RE: Final = re.compile(rb'"(?:data|shape|dtype|schema|version|num_experts|bits)"')
 _NAME_TEXT_RE: Final = re.compile(_NAME_RE.pattern.decode())
@@ -857,6 +859,8 @@ def _escaped_names(text: bytes | bytearray | memoryview | str) -> int:
     count = 0
     for match in matches:
         raw = match.group(1)
+        if "\\" not in raw if isinstance(raw, str) else b"\\" not in raw:
+            continue  # spelled plainly: counted by _NAME_KEY_RE
         spelled = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
         try:
             name = orjson.loads(f'"{spelled}"')
@@ -1070,6 +1074,8 @@ def loads(
     """
     num_experts = optional_num_experts(num_experts)
     max_elements = optional_max_elements(max_elements)
+    if data is None or isinstance(data, (bool, int, float)):  # a parsed document that is a scalar
+        return data
     if isinstance(data, (dict, list)):
         reader = _Reader(_copy_containers(data), raw=None, blobs={}, num_experts=num_experts, max_elements=max_elements)
         return reader.run()
