@@ -43,7 +43,8 @@ def test_chunks_concatenate_to_dumps_and_to_the_envelope(
     chunks = list(r3wire.iter_dumps(doc, num_experts=num_experts, pack_bits=pack_bits))
     body = r3wire.dumps(doc, num_experts=num_experts, pack_bits=pack_bits)
     assert b"".join(chunks) == body
-    assert all(isinstance(c, bytes) and c for c in chunks)
+    assert all(type(c) is bytes for c in chunks)
+    assert all(chunks)
     assert max(map(len, chunks)) <= 4 * PIECE * 4 // 3 + 4  # cache-sized pieces, never the whole array
     expected = {
         "id": "x",

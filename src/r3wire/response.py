@@ -1039,7 +1039,7 @@ def _as_text(data: object) -> bytes | bytearray | memoryview | str:
 
 
 def loads(
-    data: bytes | bytearray | memoryview | np.ndarray[Any, Any] | str | dict[str, Any] | list[Any],
+    data: object,
     *,
     num_experts: int | None = None,
     max_elements: int | None = None,
