@@ -573,7 +573,8 @@ def dumps(
     ``loads(dumps(x))`` gives ``x`` back (arrays as arrays, routes in their wire dtype), or ``dumps`` raises: it
     refuses what would not come back, such as an object of the caller's that spells an r3wire ``schema``.
     Large arrays are checked, narrowed and base64-encoded piece by piece straight into the output, which is the
-    only body-sized allocation.
+    only body-sized allocation. A result over 32 MiB is a fresh mapping the kernel faults in page by page (about
+    as long as the encode itself on these VMs); :func:`iter_dumps` into a reused buffer avoids that.
 
     Args:
         obj: the document, e.g. ``{"choices": [{"routed_experts": array, "logprobs": array, ...}], ...}``.
@@ -619,6 +620,7 @@ def dumps(
     out.seek(0)
     for chunk in _stream(segments):
         out.write(chunk)
+    assert out.tell() == total, "the pieces are exactly the text length computed above"
     return out.getvalue()
 
 
