@@ -263,3 +263,30 @@ def test_mutated_responses_raise_only_decode_error(doc: Any, edits: list[tuple[i
         text[at : at + len(noise)] = noise
     with contextlib.suppress(DecodeError):
         r3wire.loads(bytes(text))
+
+
+def _path_of(parts: list[str | int]) -> str:
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+@given(
+    st.lists(st.one_of(st.sampled_from(["a", "choices", "routed_experts"]), st.integers(0, 30)), max_size=40),
+    st.integers(0, 20),
+    st.booleans(),
+)
+def test_errors_are_located_at_any_depth_and_width(parts: list[str | int], siblings: int, big: bool) -> None:
+    routes = np.ones((3000 if big else 1, 2, 2), np.uint8)
+    bad: Any = r3wire.encode_routes(routes)
+    bad["shape"] = [routes.shape[0], 2, 3]
+    node = bad
+    for part in reversed(parts):  # build from the envelope up, with empty siblings beside each step
+        if isinstance(part, int):
+            node = [[] for _ in range(part)] + [node] + [{} for _ in range(siblings)]
+        else:
+            node = {**{f"s{i}": [] for i in range(siblings)}, part: node}
+    with pytest.raises(DecodeError) as info:
+        r3wire.loads(orjson.dumps(node))
+    assert info.value.field == _path_of(parts) + ".data"
+    with pytest.raises(DecodeError) as parsed:
+        r3wire.loads(node)
+    assert parsed.value.field == info.value.field
