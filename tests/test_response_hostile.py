@@ -256,9 +256,21 @@ def test_loads_decodes_a_parsed_document_without_touching_it() -> None:
 
 def test_loads_input_buffers() -> None:
     text = r3wire.dumps({"routed_experts": BIG, "s": "é"})
-    forms: list[Any] = [np.frombuffer(text, np.uint8), memoryview(bytearray(text)), memoryview(text).cast("c")]
+    # Views into a larger buffer (a reused send buffer): the quote after the view must not end the blob.
+    padded = bytearray(b'["x"' + text + b'"data":"' + b"A" * 5000 + b'"')
+    inner = memoryview(padded)[4 : 4 + len(text)]
+    forms: list[Any] = [
+        np.frombuffer(text, np.uint8),
+        memoryview(bytearray(text)),
+        memoryview(text).cast("c"),
+        inner,
+        np.frombuffer(padded, np.uint8)[4 : 4 + len(text)],
+        np.array(np.frombuffer(text, np.uint8)),  # a buffer NumPy owns
+    ]
     for form in forms:
         assert np.array_equal(r3wire.loads(form)["routed_experts"], BIG)
+    with pytest.raises(DecodeError, match="valid JSON"):
+        r3wire.loads(inner[: len(text) - 3000])  # cut inside the blob: the view ends before its closing quote
     with pytest.raises(DecodeError, match="contiguous"):
         r3wire.loads(np.frombuffer(text + b" ", np.uint8)[::2])
     with pytest.raises(DecodeError, match=r"^\$ must be JSON text"):
