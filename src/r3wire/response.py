@@ -951,7 +951,7 @@ def _finder(raw: bytes | bytearray | memoryview) -> Callable[[bytes, int], int]:
     """
     if isinstance(raw, (bytes, bytearray)):
         return raw.find
-    base = raw.obj
+    base: object = raw.obj
     for _ in range(8):  # e.g. np.frombuffer(body, np.uint8): an array whose base is a view of the bytes
         if isinstance(base, np.ndarray) and base.base is not None:
             base = base.base
