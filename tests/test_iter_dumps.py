@@ -10,9 +10,9 @@ import pytest
 
 import r3wire
 from r3wire import EncodeError, encode_array, encode_routes
-from r3wire.response import _CHUNK_IDS
+from r3wire.response import _CHUNK_BYTES
 
-PIECE = _CHUNK_IDS
+PIECE = _CHUNK_BYTES // 4  # int32 ids per piece
 rng = np.random.default_rng(5)
 
 
@@ -39,19 +39,19 @@ CASES = {
 def test_chunks_concatenate_to_dumps_and_to_the_envelope(
     routes: np.ndarray[Any, Any], num_experts: int | None, pack_bits: bool
 ) -> None:
-    doc = {"id": "x", "choices": [{"routed_experts": routes, "values": routes.astype(">f4"), "n": [1, 2]}]}
+    doc = {"id": "x", "choices": [{"routed_experts": routes, "values": routes.astype(">f8"), "n": [1, 2]}]}
     chunks = list(r3wire.iter_dumps(doc, num_experts=num_experts, pack_bits=pack_bits))
     body = r3wire.dumps(doc, num_experts=num_experts, pack_bits=pack_bits)
     assert b"".join(chunks) == body
     assert all(type(c) is bytes for c in chunks)
     assert all(chunks)
-    assert max(map(len, chunks)) <= 4 * PIECE * 4 // 3 + 4  # cache-sized pieces, never the whole array
+    assert max(map(len, chunks)) <= _CHUNK_BYTES * 4 // 3  # cache-sized pieces, never the whole array
     expected = {
         "id": "x",
         "choices": [
             {
                 "routed_experts": encode_routes(routes, num_experts=num_experts, pack_bits=pack_bits),
-                "values": encode_array(routes.astype(">f4")),
+                "values": encode_array(routes.astype(">f8")),
                 "n": [1, 2],
             }
         ],

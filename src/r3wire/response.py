@@ -69,12 +69,12 @@ _logprobs_logger: Final = logging.getLogger("r3wire.logprobs")
 # (at 64 KiB of array bytes: 18 µs against 78 µs).
 _SPLICE_MIN_BYTES: Final = 128 * 1024
 _CUT_MIN_CHARS: Final = 4096
-# Ids per streamed piece: a multiple of 3 so every piece but the last is whole base64 quanta (the pieces then
-# concatenate to the base64 of the whole array). 192 Ki ids are 768 KiB of int32 source and at most 1 MiB of
-# base64: the source is read from memory once (by the bounds check) and the narrowing and base64 run on it while
-# it is still in cache. Measured on W1 and K2 (2-core EPYC, 1 MiB L2): 24 Ki..96 Ki ids per piece were 5-20%
-# slower (per-piece Python overhead), 384 Ki about the same.
-_CHUNK_IDS: Final = 3 * 64 * 1024
+# Source bytes per streamed piece. Each piece holds a multiple of 3 elements, so every piece but the last is
+# whole base64 quanta (the pieces concatenate to the base64 of the whole array). 768 KiB is 192 Ki int32 ids and
+# at most 1 MiB of base64: the source is read from memory once (by the bounds check) and the narrowing and base64
+# run on it while it is still in cache. Measured on W1 and K2 (2-core EPYC, 1 MiB L2): 96..384 KiB pieces were
+# 5-20% slower (per-piece Python overhead), 1.5 MiB about the same.
+_CHUNK_BYTES: Final = 3 * 256 * 1024
 
 # The only way the raw bytes of a JSON document can contain this sequence, with its first quote not escaped,
 # is as an object key "data" followed by the opening quote of its string value (see _cut_blobs).
@@ -198,9 +198,10 @@ class _Blob:
             EncodeError: an id is out of bounds (only when ``bound`` is set); the field is its JSONPath.
         """
         flat = self.flat
-        scratch = np.empty(min(_CHUNK_IDS, flat.size), self.wire) if self.convert else None
-        for start in range(0, flat.size, _CHUNK_IDS):
-            piece = flat[start : start + _CHUNK_IDS]
+        step = _CHUNK_BYTES // max(flat.itemsize, self.wire.itemsize) // 3 * 3
+        scratch = np.empty(min(step, flat.size), self.wire) if self.convert else None
+        for start in range(0, flat.size, step):
+            piece = flat[start : start + step]
             if self.bound is not None:
                 try:
                     check_chunk(piece, start, self.shape, self.bound)
