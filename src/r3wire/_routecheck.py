@@ -106,9 +106,18 @@ def _id_error(arr: np.ndarray[Any, Any], bound: int | None, where: list[int]) ->
     return EncodeError.make(f"routes{where}", "an expert id below 2**31", value)
 
 
+def _limit(dtype: np.dtype[Any], bound: int) -> int:
+    """The limit of the unsigned view of ids of ``dtype`` that means "non-negative and below ``bound``".
+
+    A negative id of a signed dtype is at least 2**(bits - 1) as unsigned, and a non-negative one is below that:
+    without this cap a small dtype's negatives (int8 -1 is 255 as uint8) would pass a larger bound.
+    """
+    return min(bound, 1 << (8 * dtype.itemsize - 1)) if dtype.kind == "i" else bound
+
+
 def _first_bad(arr: np.ndarray[Any, Any], limit: int) -> list[int]:
     """The index of the first id outside ``0 .. limit - 1`` (the caller knows there is one)."""
-    return first_index(_unsigned(arr) >= limit)
+    return first_index(_unsigned(arr) >= _limit(arr.dtype, limit))
 
 
 def check_chunk(chunk: np.ndarray[Any, Any], offset: int, shape: tuple[int, ...], bound: int) -> None:
@@ -117,7 +126,7 @@ def check_chunk(chunk: np.ndarray[Any, Any], offset: int, shape: tuple[int, ...]
     Raises:
         EncodeError: naming the first id that is negative or not below ``bound`` as ``routes[row, layer, slot]``.
     """
-    if chunk.size and int(_unsigned(chunk).max()) >= bound:
+    if chunk.size and int(_unsigned(chunk).max()) >= _limit(chunk.dtype, bound):
         flat = _first_bad(chunk, bound)[0]
         value = int(chunk[flat])
         where = [int(i) for i in np.unravel_index(offset + flat, shape)]
@@ -151,11 +160,11 @@ def prepare_routes(
         bits = bits_for_num_experts(n_experts)
         if defer_bounds and not pack_bits:
             return RoutesToWrite(arr, name, n_experts, None, unchecked_bound=n_experts)
-        if arr.size and int(_unsigned(arr).max()) >= n_experts:
+        if arr.size and int(_unsigned(arr).max()) >= _limit(arr.dtype, n_experts):
             raise _id_error(arr, n_experts, _first_bad(arr, n_experts))
         return RoutesToWrite(arr, name, n_experts, bits if pack_bits else None)
     high = int(_unsigned(arr).max()) if arr.size else 0
-    if high >= MAX_NUM_EXPERTS:  # a negative id (huge as unsigned) or one no route dtype holds
+    if high >= _limit(arr.dtype, MAX_NUM_EXPERTS):  # a negative id (huge as unsigned) or one no dtype holds
         raise _id_error(arr, None, _first_bad(arr, MAX_NUM_EXPERTS))
     return RoutesToWrite(arr, dtype_for_max_id(high), None, bits_for_max_id(high) if pack_bits else None)
 

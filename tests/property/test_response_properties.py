@@ -290,3 +290,40 @@ def test_errors_are_located_at_any_depth_and_width(parts: list[str | int], sibli
     with pytest.raises(DecodeError) as parsed:
         r3wire.loads(node)
     assert parsed.value.field == info.value.field
+
+
+@given(
+    st.sampled_from(["i1", "<i2", ">i2", "<i4", ">i8", "u1", "<u2", ">u4"]).map(np.dtype),
+    st.sampled_from([(1, 2, 3), (40000, 2, 2)]),
+    st.lists(st.tuples(st.integers(0, 10**9), st.integers(-(2**40), 2**40)), max_size=3),
+    st.sampled_from([None, 1, 100, 128, 256, 384, 32768, 40000, 2**31]),
+)
+def test_every_id_is_checked_whatever_its_dtype(
+    dtype: np.dtype[Any], shape: tuple[int, ...], edits: list[tuple[int, int]], num_experts: int | None
+) -> None:
+    info = np.iinfo(dtype)
+    routes = np.zeros(shape, dtype)
+    flat = routes.reshape(-1)
+    for where, value in edits:
+        flat[where % flat.size] = min(max(value, info.min), info.max)
+    values = flat.astype(np.int64)
+    limit = 2**31 if num_experts is None else num_experts
+    bad = np.flatnonzero((values < 0) | (values >= limit))
+    doc = {"choices": [{"routed_experts": routes}]}
+    if bad.size:
+        index = [int(i) for i in np.unravel_index(int(bad[0]), shape)]
+        field = f"$.choices[0].routed_experts{index}"
+        with pytest.raises(EncodeError) as info_dumps:
+            r3wire.dumps(doc, num_experts=num_experts)
+        assert info_dumps.value.field == field
+        with pytest.raises(EncodeError) as info_stream:
+            b"".join(r3wire.iter_dumps(doc, num_experts=num_experts))
+        assert info_stream.value.field == field
+        with pytest.raises(EncodeError):
+            r3wire.encode_routes(routes, num_experts=num_experts)
+        return
+    text = r3wire.dumps(doc, num_experts=num_experts)
+    assert b"".join(r3wire.iter_dumps(doc, num_experts=num_experts)) == text
+    back = r3wire.loads(text)["choices"][0]["routed_experts"]
+    assert np.array_equal(back, routes)
+    assert np.array_equal(r3wire.decode_routes(r3wire.encode_routes(routes, num_experts=num_experts)), routes)
