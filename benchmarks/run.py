@@ -229,6 +229,35 @@ def _r3wire_dumps() -> Method:
     )
 
 
+def _r3wire_iter_dumps() -> Method | None:
+    iter_dumps = getattr(r3wire, "iter_dumps", None)
+    if iter_dumps is None:
+        return None
+    buffers: dict[int, bytearray] = {}
+
+    # The chunks written into one reused buffer (what a server sending from a pool does), then loads of it.
+    def encode(arrays: Arrays, n: int) -> memoryview:
+        chunks = list(iter_dumps(_choices(list(arrays)), num_experts=n))
+        size = sum(map(len, chunks))
+        buffer = buffers.get(id(arrays))
+        if buffer is None or len(buffer) < size:
+            buffer = buffers[id(arrays)] = bytearray(size)
+        view = memoryview(buffer)
+        pos = 0
+        for chunk in chunks:
+            view[pos : pos + len(chunk)] = chunk
+            pos += len(chunk)
+        return view[:size]
+
+    return Method(
+        "r3wire-iter-dumps",
+        "r3wire.iter_dumps -> reused buffer / loads",
+        encode,
+        lambda payload, n: _routes_of(r3wire.loads(payload, num_experts=n)),
+        base64=True,
+    )
+
+
 def _r3wire_dumps_packed() -> Method | None:
     try:
         r3wire.dumps({}, pack_bits=True)  # type: ignore[call-arg, unused-ignore]
@@ -275,6 +304,7 @@ def all_methods(*, base64_only: bool) -> list[Method]:
         _msgpack(),
         _r3wire_envelope(),
         _r3wire_dumps(),
+        _r3wire_iter_dumps(),
         _r3wire_dumps_packed(),
         _frame(False),
         _frame(True),

@@ -9,7 +9,7 @@ The public API, by concern:
 - any per-token side channel: :func:`encode_array`, :func:`decode_array`
 - sampled logprobs: :func:`clamp_logprobs` (:class:`ClampResult`), :func:`encode_logprobs`, :func:`decode_logprobs`,
   and the seed's JSON shape: :func:`build_logprobs_content`, :func:`read_logprobs_content`
-- whole JSON responses with arrays anywhere in them: :func:`dumps`, :func:`loads`
+- whole JSON responses with arrays anywhere in them: :func:`dumps`, :func:`iter_dumps` (streamed), :func:`loads`
 - the wire contract: :class:`Schema`, :data:`ROUTES_SCHEMA`, :data:`ARRAY_SCHEMA`, :data:`LOGPROBS_SCHEMA`,
   :data:`WIRE_DTYPES`
 - limits: :data:`DEFAULT_MAX_ELEMENTS` (what every decoder's ``max_elements=None`` means)
@@ -38,7 +38,7 @@ from r3wire.logprobs import (
     encode_logprobs,
     read_logprobs_content,
 )
-from r3wire.response import dumps, loads
+from r3wire.response import dumps, iter_dumps, loads
 from r3wire.routes import decode_routes, encode_routes, route_dtype
 from r3wire.schema import (
     ARRAY_SCHEMA,
@@ -78,6 +78,7 @@ __all__ = [
     "encode_logprobs",
     "encode_routes",
     "encode_routes_frame",
+    "iter_dumps",
     "loads",
     "pack_routes",
     "pad_routes",

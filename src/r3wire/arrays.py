@@ -14,7 +14,7 @@ import numpy as np
 from r3wire._arraylike import as_numpy
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
 from r3wire._validate import MAX_NDIM, check_int, load_object, optional_max_elements
-from r3wire.errors import DecodeError, R3WireError
+from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.schema import ARRAY_SCHEMA, WIRE_DTYPES
 
 __all__ = ["decode_array", "encode_array"]
@@ -44,7 +44,8 @@ def encode_array(array: Any, *, dtypes: Collection[str] | None = None) -> dict[s
         A JSON-ready dict ``{"data", "shape", "dtype", "schema", "version"}``.
 
     Raises:
-        EncodeError: the value is not an array, or its dtype is not an allowed wire dtype.
+        EncodeError: the value is not an array, has more than 32 dimensions, or its dtype is not an allowed wire
+            dtype.
     """
     wire, name = array_wire(array, dtypes=dtypes)
     return build_envelope(wire, name, ARRAY_SCHEMA)
@@ -58,6 +59,10 @@ def array_wire(array: Any, *, dtypes: Collection[str] | None = None) -> tuple[np
     """
     allowed = _allowed(dtypes)
     arr = as_numpy(array, field="array")
+    if arr.ndim > MAX_NDIM:  # NumPy 2 makes up to 64 dimensions; every reader (NumPy 1 included) holds 32
+        raise EncodeError.make(
+            "array", f"an array of at most {MAX_NDIM} dimensions", f"{arr.ndim} dimensions", raw=True
+        )
     name = wire_dtype_name(arr.dtype, field="array", allowed=allowed)
     return to_wire_bytes(arr, name), name
 

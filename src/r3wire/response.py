@@ -1,41 +1,67 @@
 """Whole responses as JSON: arrays anywhere in a document travel as r3wire envelopes and come back as arrays.
 
-:func:`dumps` is ``orjson.dumps`` for documents that hold NumPy arrays or torch tensors; :func:`loads` is
-``orjson.loads`` that turns every ``r3wire.routes`` / ``r3wire.array`` envelope back into an array. The text is
-plain JSON: any client can parse it with any JSON parser and decode the envelopes itself, or ignore them.
+:func:`dumps` is ``orjson.dumps`` for documents that hold NumPy arrays or torch tensors; :func:`iter_dumps` yields
+the same bytes in chunks; :func:`loads` is ``orjson.loads`` that turns every ``r3wire.routes`` / ``r3wire.array`` /
+``r3wire.logprobs`` envelope back into an array. The text is plain JSON: any client can parse it with any JSON
+parser and decode the envelopes itself, or ignore them.
 
 Why the blobs bypass the JSON library (measured, see ``docs/performance.md``): a response is almost all base64,
 and a JSON writer or parser inspects every byte of a string for escapes and builds a Python ``str`` of it, which
-cost more than base64 itself. :func:`dumps` writes the document around short placeholders and splices the base64
-bytes in; :func:`loads` cuts the blobs out of the raw bytes, parses the rest, and decodes each blob straight from
-the input buffer. Neither ever holds the base64 text as a ``str``.
+cost more than base64 itself. The writer serializes the document around short placeholders, then streams each
+array in cache-sized pieces (check the ids, narrow them to the wire dtype, base64-encode) in place of its
+placeholder, so no array-sized temporary exists; :func:`loads` cuts the blobs out of the raw bytes, parses the
+rest, and decodes each blob straight from the input buffer. Neither ever holds the base64 text as a ``str``.
 """
 
 from __future__ import annotations
 
+import io
+import json
+import logging
 import math
 import os
+import re
 import sys
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
 import orjson
 
-from r3wire._base64 import b64encode_bytes
-from r3wire._envelope import build_envelope, wire_buffer
-from r3wire._routecheck import optional_num_experts
+from r3wire._arraylike import as_numpy
+from r3wire._base64 import b64encode_bytes, encoded_length
+from r3wire._envelope import build_envelope
+from r3wire._routecheck import ROUTES_NDIM, check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._validate import optional_max_elements
 from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
-from r3wire.logprobs import decode_logprobs
+from r3wire.logprobs import LOGPROB_FLOOR, as_float_array, clamp_logprobs, decode_logprobs, encode_logprobs
 from r3wire.routes import decode_routes, routes_wire
-from r3wire.schema import ARRAY_SCHEMA, KEY_DATA, KEY_SCHEMA, LOGPROBS_SCHEMA, ROUTES_SCHEMA
+from r3wire.schema import (
+    ARRAY_SCHEMA,
+    KEY_BITS,
+    KEY_DATA,
+    KEY_DTYPE,
+    KEY_NUM_EXPERTS,
+    KEY_SCHEMA,
+    KEY_SHAPE,
+    KEY_VERSION,
+    LOGPROBS_SCHEMA,
+    ROUTES_SCHEMA,
+    WIRE_DTYPES,
+)
 
-__all__ = ["ROUTES_KEYS", "dumps", "loads"]
+__all__ = ["LOGPROBS_KEYS", "ROUTES_KEYS", "dumps", "iter_dumps", "loads"]
 
 ROUTES_KEYS: Final[tuple[str, ...]] = ("routed_experts",)
 """The object keys whose array values :func:`dumps` writes as ``r3wire.routes`` (vLLM's and SGLang's name)."""
+
+LOGPROBS_KEYS: Final[tuple[str, ...]] = ("logprobs",)
+"""The object keys whose array values :func:`dumps` writes as ``r3wire.logprobs`` (every value finite)."""
+
+# The clamp report of dumps(clamp_logprobs=True) goes where clamp_logprobs and encode_logprobs report theirs.
+_logprobs_logger: Final = logging.getLogger("r3wire.logprobs")
 
 # Below these sizes a blob goes through orjson as an ordinary string, because the splice's fixed cost (a nonce,
 # a search, a join) exceeds what it saves. Measured crossovers: dumps between 64 KiB (orjson 1 µs faster) and
@@ -43,6 +69,12 @@ ROUTES_KEYS: Final[tuple[str, ...]] = ("routed_experts",)
 # (at 64 KiB of array bytes: 18 µs against 78 µs).
 _SPLICE_MIN_BYTES: Final = 128 * 1024
 _CUT_MIN_CHARS: Final = 4096
+# Source bytes per streamed piece. Each piece holds a multiple of 3 elements, so every piece but the last is
+# whole base64 quanta (the pieces concatenate to the base64 of the whole array). 768 KiB is 192 Ki int32 ids and
+# at most 1 MiB of base64: the source is read from memory once (by the bounds check) and the narrowing and base64
+# run on it while it is still in cache. Measured on W1 and K2 (2-core EPYC, 1 MiB L2): 96..384 KiB pieces were
+# 5-20% slower (per-piece Python overhead), 1.5 MiB about the same.
+_CHUNK_BYTES: Final = 3 * 256 * 1024
 
 # The only way the raw bytes of a JSON document can contain this sequence, with its first quote not escaped,
 # is as an object key "data" followed by the opening quote of its string value (see _cut_blobs).
@@ -50,16 +82,18 @@ _DATA_KEY: Final = b'"data":"'
 _BACKSLASH: Final = 0x5C
 
 _SCHEMAS: Final = frozenset({ROUTES_SCHEMA.name, ARRAY_SCHEMA.name, LOGPROBS_SCHEMA.name})
+# Every member name an envelope may have: duplicates of these are counted in the raw text (see _Duplicates).
+_ENVELOPE_KEYS: Final = frozenset({KEY_DATA, KEY_SHAPE, KEY_DTYPE, KEY_SCHEMA, KEY_VERSION, KEY_NUM_EXPERTS, KEY_BITS})
 
 
 class _PathError(Exception):
-    """An EncodeError travelling up the document, collecting the keys and indexes on its way."""
+    """An EncodeError raised at ``parts`` (the keys and indexes from the root) of the document."""
 
-    def __init__(self, error: R3WireError, prefix: str | None) -> None:
+    def __init__(self, error: R3WireError, prefix: str | None, parts: Sequence[object]) -> None:
         super().__init__(str(error))
         self.error = error
         self.prefix = prefix  # the field name the encoder used for the value itself ("routes", "array")
-        self.parts: list[object] = []
+        self.parts = list(parts)
 
 
 def _path(parts: Sequence[object]) -> str:
@@ -135,24 +169,103 @@ def _is_tensor(value: object) -> bool:
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+# What the key above an array makes of it.
+_PLAIN: Final = 0
+_ROUTES: Final = 1
+_LOGPROBS: Final = 2
+_PREFIXES: Final = {_PLAIN: "array", _ROUTES: "routes", _LOGPROBS: "logprobs"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Blob:
+    """An array the writer streams in place of its placeholder: flat source ids, checked and narrowed per piece."""
+
+    flat: np.ndarray[Any, Any]  # 1-d, C-contiguous, in the caller's dtype
+    wire: np.dtype[Any]  # the little-endian wire dtype
+    convert: bool  # False when the source bytes already are the wire bytes
+    bound: int | None  # ids still to be checked below this bound, piece by piece (routes with num_experts)
+    shape: tuple[int, ...]  # the array's shape, to name an offending id
+    parts: tuple[object, ...]  # where the array is in the document
+
+    @property
+    def text_length(self) -> int:
+        return encoded_length(self.flat.size * self.wire.itemsize)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The base64 of the wire bytes, in pieces that concatenate to the base64 of the whole.
+
+        Raises:
+            EncodeError: an id is out of bounds (only when ``bound`` is set); the field is its JSONPath.
+        """
+        flat = self.flat
+        step = _CHUNK_BYTES // max(flat.itemsize, self.wire.itemsize) // 3 * 3
+        scratch = np.empty(min(step, flat.size), self.wire) if self.convert else None
+        for start in range(0, flat.size, step):
+            piece = flat[start : start + step]
+            if self.bound is not None:
+                try:
+                    check_chunk(piece, start, self.shape, self.bound)
+                except EncodeError as exc:
+                    raise _relocate(exc, _path(self.parts), "routes") from None
+            if scratch is not None:
+                narrowed = scratch[: piece.size]
+                np.copyto(narrowed, piece, casting="unsafe")  # in range: checked above or by prepare_routes
+                piece = narrowed
+            yield b64encode_bytes(piece.view(np.uint8).data)
+
+
+@dataclass(frozen=True, slots=True)
+class _Clamped:
+    """One logprobs array dumps clamped: where, how many values were replaced, out of how many."""
+
+    path: str
+    num_clamped: int
+    total: int
+
+
 class _Writer:
     """Replaces arrays in a document by envelopes, copying only the containers on the way to one."""
 
-    __slots__ = ("blobs", "nonce", "num_experts", "pack_bits", "routes_keys", "splice")
+    __slots__ = (
+        "blobs",
+        "clamp",
+        "clamped",
+        "logprobs_keys",
+        "nonce",
+        "num_experts",
+        "pack_bits",
+        "path",
+        "routes_keys",
+        "splice",
+    )
 
     def __init__(
-        self, *, num_experts: int | None, pack_bits: bool, routes_keys: frozenset[object], splice: bool
+        self,
+        *,
+        num_experts: int | None,
+        pack_bits: bool,
+        routes_keys: frozenset[object],
+        logprobs_keys: frozenset[object],
+        clamp: bool,
+        splice: bool,
     ) -> None:
         self.num_experts = num_experts
         self.pack_bits = pack_bits
         self.routes_keys = routes_keys
+        self.logprobs_keys = logprobs_keys
+        self.clamp = clamp
         self.splice = splice
         # A placeholder must not occur anywhere else in the output; a random nonce per call makes that
-        # impossible to arrange, and _splice checks it anyway. Made with the first blob: small documents have none.
+        # impossible to arrange, and _segments checks it anyway. Made with the first blob: small documents have none.
         self.nonce = ""
-        self.blobs: list[bytes] = []
+        self.blobs: list[_Blob] = []
+        self.clamped: list[_Clamped] = []
+        self.path: list[object] = []  # the keys and indexes down to the value being written
 
-    def value(self, value: Any, routes: bool) -> Any:
+    def _fail(self, error: R3WireError, prefix: str | None = None) -> _PathError:
+        return _PathError(error, prefix, self.path)
+
+    def value(self, value: Any, kind: int) -> Any:
         cls = type(value)
         if cls is str or cls is int or cls is bool or value is None:
             return value
@@ -163,7 +276,7 @@ class _Writer:
         if cls is list or cls is tuple:
             return self._list(value)
         if isinstance(value, np.ndarray) or _is_tensor(value):
-            return self._array(value, routes)
+            return self._array(value, kind)
         if isinstance(value, np.generic):
             return self._scalar(value)
         if isinstance(value, float):
@@ -174,11 +287,10 @@ class _Writer:
             return self._list(value)
         return value  # str/int subclasses, dataclasses, datetimes, enums...: orjson's rules apply
 
-    @staticmethod
-    def _float(value: float) -> float:
+    def _float(self, value: float) -> float:
         if not math.isfinite(value):
             # orjson would write null and the value would be lost without a word.
-            raise _PathError(EncodeError.make(None, "a finite number (JSON has no NaN or infinity)", value), None)
+            raise self._fail(EncodeError.make(None, "a finite number (JSON has no NaN or infinity)", value))
         return value
 
     def _scalar(self, value: np.generic) -> Any:
@@ -193,17 +305,29 @@ class _Writer:
         return value  # orjson refuses it with a message naming the type
 
     def _dict(self, mapping: dict[Any, Any]) -> dict[Any, Any]:
+        schema = mapping.get(KEY_SCHEMA)
+        if isinstance(schema, str) and schema in _SCHEMAS:
+            # loads would turn this object into an array (or refuse it): the document would not come back.
+            raise self._fail(
+                EncodeError.make(
+                    KEY_SCHEMA,
+                    "no r3wire schema name in an object dumps writes as it is (loads would read the object as an "
+                    "envelope); put the array itself in the document",
+                    str(schema),
+                )
+            )
         out: dict[Any, Any] | None = None
-        keys = self.routes_keys
+        routes_keys = self.routes_keys
+        logprobs_keys = self.logprobs_keys
+        path = self.path
         for key, item in mapping.items():
             cls = type(item)
             if cls is str or cls is int or cls is bool or item is None:
                 continue
-            try:
-                new = self.value(item, key in keys)
-            except _PathError as fail:
-                fail.parts.append(key)
-                raise
+            kind = _ROUTES if key in routes_keys else _LOGPROBS if key in logprobs_keys else _PLAIN
+            path.append(key)
+            new = self.value(item, kind)
+            path.pop()
             if new is not item:
                 if out is None:
                     out = dict(mapping)
@@ -214,47 +338,87 @@ class _Writer:
         if _inert(items):  # token ids, logprobs: skip the per-item loop
             return items
         out: list[Any] | None = None
+        path = self.path
         for index, item in enumerate(items):
             cls = type(item)
             if cls is str or cls is int or cls is bool or item is None:
                 continue
-            try:
-                new = self.value(item, False)
-            except _PathError as fail:
-                fail.parts.append(index)
-                raise
+            path.append(index)
+            new = self.value(item, _PLAIN)
+            path.pop()
             if new is not item:
                 if out is None:
                     out = list(items)
                 out[index] = new
         return items if out is None else out
 
-    def _array(self, value: Any, routes: bool) -> dict[str, Any]:
+    def _array(self, value: Any, kind: int) -> dict[str, Any]:
         try:
-            if routes:
-                wire, name, extra, shape = routes_wire(value, num_experts=self.num_experts, pack_bits=self.pack_bits)
-                schema = ROUTES_SCHEMA
-            else:
-                wire, name = array_wire(value)
-                extra, shape, schema = None, None, ARRAY_SCHEMA
+            if kind == _ROUTES:
+                return self._routes(value)
+            if kind == _LOGPROBS:
+                return self._logprobs(value)
+            wire, name = array_wire(value)
         except EncodeError as exc:
-            raise _PathError(exc, "routes" if routes else "array") from None
-        buffer = wire_buffer(wire)
-        if not self.splice or buffer.nbytes < _SPLICE_MIN_BYTES:
-            return build_envelope(wire, name, schema, extra, shape=shape)
+            raise self._fail(exc, _PREFIXES[kind]) from None
+        if not self.splice or wire.nbytes < _SPLICE_MIN_BYTES:
+            return build_envelope(wire, name, ARRAY_SCHEMA)
+        blob = _Blob(wire.reshape(-1), wire.dtype, False, None, wire.shape, tuple(self.path))
+        return build_envelope(wire, name, ARRAY_SCHEMA, data=self._placeholder(blob))
+
+    def _routes(self, value: Any) -> dict[str, Any]:
+        value = as_numpy(value, field="routes")
+        if value.ndim == ROUTES_NDIM and (value.shape[1] < 1 or value.shape[2] < 1):
+            # Zero rows are a valid (empty) turn; zero layers or slots are refused by decoders (issue 11.1).
+            raise EncodeError.make(
+                "routes.shape",
+                "[rows, layers, top_k] with layers >= 1 and top_k >= 1",
+                str(list(value.shape)),
+                raw=True,
+            )
+        if self.pack_bits or not self.splice:
+            wire, name, extra, shape = routes_wire(value, num_experts=self.num_experts, pack_bits=self.pack_bits)
+            if not self.splice or wire.nbytes < _SPLICE_MIN_BYTES:
+                return build_envelope(wire, name, ROUTES_SCHEMA, extra, shape=shape)
+            blob = _Blob(wire.reshape(-1), wire.dtype, False, None, wire.shape, tuple(self.path))
+            return build_envelope(wire, name, ROUTES_SCHEMA, extra, shape=shape, data=self._placeholder(blob))
+        # With num_experts the ids are not read here: a large array is checked piece by piece as it streams.
+        plan = prepare_routes(value, num_experts=self.num_experts, pack_bits=False, defer_bounds=True)
+        source = plan.array
+        wire_dtype = WIRE_DTYPES[plan.dtype]
+        # ravel is a view of a C-contiguous array (the usual case); any other layout is copied once here.
+        flat = np.ravel(source)
+        extra = {} if plan.num_experts is None else {KEY_NUM_EXPERTS: plan.num_experts}
+        if flat.size * wire_dtype.itemsize < _SPLICE_MIN_BYTES:
+            if plan.unchecked_bound is not None:
+                check_chunk(flat, 0, source.shape, plan.unchecked_bound)
+            return build_envelope(wire_ids(plan), plan.dtype, ROUTES_SCHEMA, extra)
+        convert = not same_bytes(source.dtype, wire_dtype)
+        blob = _Blob(flat, wire_dtype, convert, plan.unchecked_bound, source.shape, tuple(self.path))
+        return build_envelope(source, plan.dtype, ROUTES_SCHEMA, extra, data=self._placeholder(blob))
+
+    def _logprobs(self, value: Any) -> dict[str, Any]:
+        if self.clamp:
+            array, _ = as_float_array(value, field="logprobs")
+            if array.dtype.itemsize != 2:  # encode_logprobs refuses float16 with its own message below
+                result = clamp_logprobs(array)
+                if result.num_clamped:
+                    self.clamped.append(_Clamped(_path(self.path), result.num_clamped, array.size))
+                value = result.values
+        return encode_logprobs(value)
+
+    def _placeholder(self, blob: _Blob) -> str:
         if not self.nonce:
             self.nonce = _nonce()
-        placeholder = f"{self.nonce}{len(self.blobs)}"
-        self.blobs.append(b64encode_bytes(buffer))
-        return build_envelope(wire, name, schema, extra, shape=shape, data=placeholder)
+        self.blobs.append(blob)
+        return f"{self.nonce}{len(self.blobs) - 1}"
 
 
-def _splice(text: bytes, nonce: bytes, blobs: Sequence[bytes]) -> bytes | None:
-    """``text`` with each placeholder string's content replaced by its blob; None if the placeholders are not
-    exactly the ones written (then the caller writes the document without splicing)."""
+def _segments(text: bytes, nonce: bytes, blobs: Sequence[_Blob]) -> list[bytes | _Blob] | None:
+    """``text`` cut at each placeholder string's content, with the blob that replaces it in between; None if the
+    placeholders are not exactly the ones written (then the caller writes the document without splicing)."""
     marker = b'"' + nonce
-    parts: list[bytes | memoryview] = []
-    view = memoryview(text)
+    parts: list[bytes | _Blob] = []
     used = [False] * len(blobs)
     pos = 0
     while (at := text.find(marker, pos)) >= 0:
@@ -265,13 +429,126 @@ def _splice(text: bytes, nonce: bytes, blobs: Sequence[bytes]) -> bytes | None:
             return None
         index = int(digits)
         used[index] = True
-        parts.append(view[pos : at + 1])
+        parts.append(text[pos : at + 1])
         parts.append(blobs[index])
         pos = end
     if not all(used):
         return None
-    parts.append(view[pos:])
-    return b"".join(parts)
+    parts.append(text[pos:])
+    return parts
+
+
+@dataclass(frozen=True, slots=True)
+class _Options:
+    num_experts: int | None
+    pack_bits: bool
+    routes_keys: frozenset[object]
+    logprobs_keys: frozenset[object]
+    clamp: bool
+    request_id: str | None
+    option: int | None
+
+
+def _key_set(keys: Collection[str], field: str) -> frozenset[object]:
+    if isinstance(keys, str):  # a lone string is a collection of characters: almost certainly a mistake
+        keys = (keys,)
+    try:
+        return frozenset(keys)
+    except TypeError as exc:
+        raise R3WireError.make(field, "a collection of object keys", keys) from exc
+
+
+def _options(
+    *,
+    num_experts: int | None,
+    pack_bits: bool,
+    routes_keys: Collection[str],
+    logprobs_keys: Collection[str],
+    clamp_logprobs: bool,
+    request_id: str | None,
+    option: int | None,
+) -> _Options:
+    if not isinstance(pack_bits, (bool, np.bool_)):
+        raise R3WireError.make("pack_bits", "a bool", pack_bits)
+    if not isinstance(clamp_logprobs, (bool, np.bool_)):
+        raise R3WireError.make("clamp_logprobs", "a bool", clamp_logprobs)
+    if request_id is not None and not isinstance(request_id, str):
+        raise R3WireError.make("request_id", "a string or None", request_id)
+    routes = _key_set(routes_keys, "routes_keys")
+    logprobs = _key_set(logprobs_keys, "logprobs_keys")
+    if routes & logprobs:
+        raise R3WireError.make(
+            "logprobs_keys", "no key that is also in routes_keys", sorted(map(str, routes & logprobs))
+        )
+    return _Options(
+        num_experts=optional_num_experts(num_experts),
+        pack_bits=bool(pack_bits),
+        routes_keys=routes,
+        logprobs_keys=logprobs,
+        clamp=bool(clamp_logprobs),
+        request_id=request_id,
+        option=option,
+    )
+
+
+def _render(obj: Any, opts: _Options) -> list[bytes | _Blob]:
+    """The document as text pieces and the blobs between them; reports what was clamped.
+
+    Raises:
+        EncodeError: as :func:`dumps`, except an id out of bounds found while streaming a blob.
+    """
+    for splice in (True, False):
+        writer = _Writer(
+            num_experts=opts.num_experts,
+            pack_bits=opts.pack_bits,
+            routes_keys=opts.routes_keys,
+            logprobs_keys=opts.logprobs_keys,
+            clamp=opts.clamp,
+            splice=splice,
+        )
+        text = _write(obj, writer, opts.option)
+        if not writer.blobs:
+            break
+        segments = _segments(text, writer.nonce.encode("ascii"), writer.blobs)
+        if segments is not None:
+            _report(writer.clamped, opts.request_id)
+            return segments
+        # A placeholder was not found exactly once (see _segments): write the text through orjson instead.
+    _report(writer.clamped, opts.request_id)
+    return [text]
+
+
+def _report(clamped: Sequence[_Clamped], request_id: str | None) -> None:
+    """One warning per document that had logprobs clamped: how many, out of how many, and where."""
+    if not clamped:
+        return
+    num_clamped = sum(c.num_clamped for c in clamped)
+    total = sum(c.total for c in clamped)
+    paths = [c.path for c in clamped]
+    where = f"request {request_id!r}"[:120] if request_id is not None else "a request without an id"
+    _logprobs_logger.warning(
+        "clamped %d/%d sampled logprobs (non-finite) to %r for %s, at %s",
+        num_clamped,
+        total,
+        LOGPROB_FLOOR,
+        where,
+        ", ".join(paths[:8]) + (f" and {len(paths) - 8} more" if len(paths) > 8 else ""),
+        extra={
+            "r3wire_request_id": request_id,
+            "r3wire_num_clamped": num_clamped,
+            "r3wire_total": total,
+            "r3wire_paths": paths,
+        },
+    )
+
+
+def _stream(segments: Sequence[bytes | _Blob]) -> Iterator[bytes]:
+    for segment in segments:
+        if isinstance(segment, bytes):
+            if segment:
+                yield segment
+        else:
+            yield from segment.chunks()
 
 
 def dumps(
@@ -280,58 +557,132 @@ def dumps(
     num_experts: int | None = None,
     pack_bits: bool = False,
     routes_keys: Collection[str] = ROUTES_KEYS,
+    logprobs_keys: Collection[str] = LOGPROBS_KEYS,
+    clamp_logprobs: bool = False,
+    request_id: str | None = None,
     option: int | None = None,
 ) -> bytes:
     """Serialize ``obj`` to JSON bytes, writing every NumPy array or torch tensor in it as an r3wire envelope.
 
     The rule, applied to arrays found in dicts, lists and tuples (nested to any depth; not inside dataclasses or
     other objects): an array that is the value of a key in ``routes_keys`` is written with
-    :func:`~r3wire.encode_routes` (compact uint8/int16/int32, ``num_experts`` passed on); every other array with
+    :func:`~r3wire.encode_routes` (compact uint8/int16/int32, ``num_experts`` passed on); one that is the value of
+    a key in ``logprobs_keys`` with :func:`~r3wire.encode_logprobs`; every other array with
     :func:`~r3wire.encode_array` (its own dtype, bit for bit). Nested lists are never converted. NumPy scalars
     become JSON numbers or booleans of the same value. Everything else is serialized by ``orjson``.
 
+    ``loads(dumps(x))`` gives ``x`` back (arrays as arrays, routes in their wire dtype), or ``dumps`` raises: it
+    refuses what would not come back, such as an object of the caller's that spells an r3wire ``schema``.
+    Large arrays are checked, narrowed and base64-encoded piece by piece straight into the output, which is the
+    only body-sized allocation. A result over 32 MiB is a fresh mapping the kernel faults in page by page (about
+    as long as the encode itself on these VMs); :func:`iter_dumps` into a reused buffer avoids that.
+
     Args:
-        obj: the document, e.g. ``{"choices": [{"routed_experts": array, ...}], ...}``.
+        obj: the document, e.g. ``{"choices": [{"routed_experts": array, "logprobs": array, ...}], ...}``.
         num_experts: the model's expert count, for the routes envelopes (see :func:`~r3wire.encode_routes`).
         pack_bits: write routes bit-packed (see :func:`~r3wire.encode_routes`); other arrays are never packed.
         routes_keys: the object keys whose arrays are routes; ``()`` writes every array as ``r3wire.array``.
+        logprobs_keys: the object keys whose arrays are sampled logprobs, written as ``r3wire.logprobs``
+            (float32/float64, every value finite); ``()`` writes them as ``r3wire.array``.
+        clamp_logprobs: replace a non-finite logprob under ``logprobs_keys`` with -9999.0 (see
+            :func:`~r3wire.clamp_logprobs`) instead of raising. What was replaced is reported like
+            :func:`~r3wire.encode_logprobs` reports it: one warning per document on the ``r3wire.logprobs``
+            logger, whose record carries ``r3wire_num_clamped``, ``r3wire_total``, ``r3wire_paths`` and
+            ``r3wire_request_id``. Call :func:`~r3wire.clamp_logprobs` first to get the count as a value.
+        request_id: names the request in that warning.
         option: ``orjson`` options (e.g. ``orjson.OPT_SORT_KEYS``), passed on.
-
     Returns:
         UTF-8 JSON that any JSON parser reads; :func:`loads` turns the envelopes back into arrays.
 
     Raises:
-        EncodeError: an array cannot be encoded (e.g. a negative expert id under a routes key), a float is NaN
-            or infinite (orjson would silently write ``null``), or a value is not JSON-serializable. The field
-            is a path such as ``$.choices[0].routed_experts[5, 2, 0]``.
-        R3WireError: ``num_experts``, ``pack_bits`` or ``routes_keys`` is invalid.
+        EncodeError: an array cannot be encoded (e.g. a negative expert id under a routes key, a non-finite
+            logprob without ``clamp_logprobs``, more than 32 dimensions), a float is NaN or infinite (orjson would
+            silently write ``null``), an object spells an r3wire schema name, or a value is not
+            JSON-serializable. The field is a path such as ``$.choices[0].routed_experts[5, 2, 0]``.
+        R3WireError: an option is invalid (``routes_keys`` and ``logprobs_keys`` must not share a key).
     """
-    if not isinstance(pack_bits, (bool, np.bool_)):
-        raise R3WireError.make("pack_bits", "a bool", pack_bits)
-    num_experts = optional_num_experts(num_experts)
-    if isinstance(routes_keys, str):  # a lone string is a collection of characters: almost certainly a mistake
-        routes_keys = (routes_keys,)
-    try:
-        keys = frozenset(routes_keys)
-    except TypeError as exc:
-        raise R3WireError.make("routes_keys", "a collection of object keys", routes_keys) from exc
-    for splice in (True, False):
-        writer = _Writer(num_experts=num_experts, pack_bits=bool(pack_bits), routes_keys=keys, splice=splice)
-        text = _write(obj, writer, option)
-        if not writer.blobs:
-            break
-        spliced = _splice(text, writer.nonce.encode("ascii"), writer.blobs)
-        if spliced is not None:
-            return spliced
-        # A placeholder was not found exactly once (see _splice): write the text through orjson instead.
-    return text
+    opts = _options(
+        num_experts=num_experts,
+        pack_bits=pack_bits,
+        routes_keys=routes_keys,
+        logprobs_keys=logprobs_keys,
+        clamp_logprobs=clamp_logprobs,
+        request_id=request_id,
+        option=option,
+    )
+    segments = _render(obj, opts)
+    if len(segments) == 1 and isinstance(segments[0], bytes):
+        return segments[0]
+    total = sum(len(s) if isinstance(s, bytes) else s.text_length for s in segments)
+    # BytesIO hands its buffer over on getvalue() without a copy: the output is the one body-sized allocation.
+    out = io.BytesIO()
+    out.seek(total - 1)
+    out.write(b" ")
+    out.seek(0)
+    for chunk in _stream(segments):
+        out.write(chunk)
+    assert out.tell() == total, "the pieces are exactly the text length computed above"
+    return out.getvalue()
+
+
+def iter_dumps(
+    obj: Any,
+    *,
+    num_experts: int | None = None,
+    pack_bits: bool = False,
+    routes_keys: Collection[str] = ROUTES_KEYS,
+    logprobs_keys: Collection[str] = LOGPROBS_KEYS,
+    clamp_logprobs: bool = False,
+    request_id: str | None = None,
+    option: int | None = None,
+) -> Iterator[bytes]:
+    """:func:`dumps` as a stream of chunks whose concatenation is byte for byte what :func:`dumps` returns.
+
+    The document around the arrays comes as a few small chunks, each large array as base64 chunks of at most
+    1 MiB, made one at a time (checked, narrowed and encoded while in cache), so a Starlette/FastAPI
+    ``StreamingResponse``, ``socket.sendmsg`` or a reused buffer sends a response without any body-sized
+    allocation. The document is walked and serialized, and every check that needs no array data is made, when
+    this function is called; only the ids of routes written with ``num_experts`` are checked as they stream.
+
+    Args:
+        obj: the document, e.g. ``{"choices": [{"routed_experts": array, "logprobs": array, ...}], ...}``.
+        num_experts: the model's expert count, for the routes envelopes (see :func:`~r3wire.encode_routes`).
+        pack_bits: write routes bit-packed (see :func:`~r3wire.encode_routes`); other arrays are never packed.
+        routes_keys: the object keys whose arrays are routes; ``()`` writes every array as ``r3wire.array``.
+        logprobs_keys: the object keys whose arrays are sampled logprobs, written as ``r3wire.logprobs``
+            (float32/float64, every value finite); ``()`` writes them as ``r3wire.array``.
+        clamp_logprobs: replace a non-finite logprob under ``logprobs_keys`` with -9999.0 (see
+            :func:`~r3wire.clamp_logprobs`) instead of raising. What was replaced is reported like
+            :func:`~r3wire.encode_logprobs` reports it: one warning per document on the ``r3wire.logprobs``
+            logger, whose record carries ``r3wire_num_clamped``, ``r3wire_total``, ``r3wire_paths`` and
+            ``r3wire_request_id``. Call :func:`~r3wire.clamp_logprobs` first to get the count as a value.
+        request_id: names the request in that warning.
+        option: ``orjson`` options (e.g. ``orjson.OPT_SORT_KEYS``), passed on.
+    Returns:
+        An iterator of non-empty ``bytes`` chunks.
+
+    Raises:
+        EncodeError: as :func:`dumps`, at the call; an expert id at or above ``num_experts`` (or negative) in a
+            large routes array is found while streaming, and raised by the iterator (after earlier chunks).
+        R3WireError: an option is invalid.
+    """
+    opts = _options(
+        num_experts=num_experts,
+        pack_bits=pack_bits,
+        routes_keys=routes_keys,
+        logprobs_keys=logprobs_keys,
+        clamp_logprobs=clamp_logprobs,
+        request_id=request_id,
+        option=option,
+    )
+    return _stream(_render(obj, opts))
 
 
 def _write(obj: Any, writer: _Writer, option: int | None) -> bytes:
     try:
-        prepared = writer.value(obj, False)
+        prepared = writer.value(obj, _PLAIN)
     except _PathError as fail:
-        raise _relocate(fail.error, _path(fail.parts[::-1]), fail.prefix) from fail.error
+        raise _relocate(fail.error, _path(fail.parts), fail.prefix) from fail.error
     except RecursionError:
         raise EncodeError.make("$", "a tree of values (no reference cycles)", "nesting too deep", raw=True) from None
     try:
@@ -340,10 +691,36 @@ def _write(obj: Any, writer: _Writer, option: int | None) -> bytes:
         raise EncodeError.make("$", "JSON-serializable", str(exc), raw=True) from exc
 
 
+class _CutMismatchError(Exception):
+    """A cut blob did not check out: the document is parsed again without cutting, which is exact."""
+
+
+def _locate(root: object, target: object) -> list[object] | None:
+    """The keys and indexes from ``root`` to ``target`` (only ever called to word an error).
+
+    Linear in the document: each container on the stack holds one link to its parent's path, never a copy of it
+    (copying made a deep or wide 3 MB document cost gigabytes and seconds).
+    """
+    stack: list[tuple[Any, tuple[Any, object] | None]] = [(root, None)]
+    while stack:
+        node, link = stack.pop()
+        if node is target:
+            parts: list[object] = []
+            while link is not None:
+                link, part = link
+                parts.append(part)
+            return parts[::-1]
+        if type(node) is dict:
+            stack.extend((item, (link, key)) for key, item in node.items() if isinstance(item, (dict, list)))
+        elif type(node) is list:
+            stack.extend((item, (link, i)) for i, item in enumerate(node) if isinstance(item, (dict, list)))
+    return None
+
+
 class _Reader:
     """Finds the envelopes in a parsed document and decodes them in place."""
 
-    __slots__ = ("blobs", "max_elements", "num_experts", "raw", "root")
+    __slots__ = ("blobs", "max_elements", "names", "num_experts", "raw", "root", "used")
 
     def __init__(
         self,
@@ -359,15 +736,26 @@ class _Reader:
         self.blobs = blobs
         self.num_experts = num_experts
         self.max_elements = max_elements
+        self.used = 0  # cut blobs put back or decoded: every one must be, or the cut was not what it seemed
+        self.names = 0  # member names of objects that an envelope may also have (see _check_duplicates)
 
     def run(self) -> Any:
+        """The document with every envelope decoded.
+
+        Raises:
+            _CutMismatchError: a cut blob is not what the text around it says it is.
+            DecodeError: an envelope is malformed (only ever for blobs that checked out).
+        """
         root = self.root
         if type(root) is dict:
             if self._is_envelope(root):
-                return self._decode(root)
-            self._visit(root)
+                root = self._decode(root)
+            else:
+                self._visit(root)
         elif type(root) is list:
             self._visit(root)
+        if self.used != len(self.blobs):
+            raise _CutMismatchError
         return root
 
     @staticmethod
@@ -378,9 +766,11 @@ class _Reader:
     def _visit(self, node: Any) -> None:
         # An explicit stack: parsed documents may nest deeper than Python's recursion limit.
         stack: list[Any] = [node]
+        names = _ENVELOPE_KEYS
         while stack:
             node = stack.pop()
             if type(node) is dict:
+                self.names += len(names.intersection(node))
                 if self.blobs:
                     self._restore(node)
                 for key, item in node.items():
@@ -413,22 +803,21 @@ class _Reader:
             start, end = self.blobs[data]
             try:  # orjson checks the text exactly as it would have in place
                 node[KEY_DATA] = orjson.loads(self.raw[start - 1 : end + 1])
-            except orjson.JSONDecodeError as exc:
-                try:  # the error as orjson words it for the whole document, with its position
-                    orjson.loads(self.raw)
-                except orjson.JSONDecodeError as original:
-                    raise DecodeError.make("$", "valid JSON", f"invalid JSON: {original}", raw=True) from original
-                path = _path(self._locate(node) or []) + "." + KEY_DATA
-                raise DecodeError.make(path, "a JSON string", f"invalid JSON: {exc}", raw=True) from exc
+            except orjson.JSONDecodeError:
+                raise _CutMismatchError from None
+            self.used += 1
 
     def _decode(self, envelope: dict[str, Any]) -> np.ndarray[Any, Any]:
+        self.names += len(_ENVELOPE_KEYS.intersection(envelope))
         payload = envelope
         data = envelope.get(KEY_DATA)
-        if self.blobs and type(data) is str and data in self.blobs:
+        cut = bool(self.blobs) and type(data) is str and data in self.blobs
+        if cut:
             assert self.raw is not None
-            start, end = self.blobs[data]
+            start, end = self.blobs[str(data)]
             payload = dict(envelope)
             payload[KEY_DATA] = self.raw[start:end]
+            self.used += 1
         try:
             if envelope[KEY_SCHEMA] == ROUTES_SCHEMA.name:
                 return decode_routes(payload, num_experts=self.num_experts, max_elements=self.max_elements)
@@ -436,48 +825,196 @@ class _Reader:
                 return decode_logprobs(payload, max_elements=self.max_elements)
             return decode_array(payload, max_elements=self.max_elements)
         except DecodeError as exc:
-            raise _relocate(exc, _path(self._locate(envelope) or [])) from exc
-
-    def _locate(self, target: object) -> list[object] | None:
-        """The keys and indexes from the root to ``target`` (only ever called to word an error)."""
-        stack: list[tuple[Any, list[object]]] = [(self.root, [])]
-        while stack:
-            node, parts = stack.pop()
-            if node is target:
-                return parts
-            if type(node) is dict:
-                stack.extend((item, [*parts, key]) for key, item in node.items() if type(item) in (dict, list))
-            elif type(node) is list:
-                stack.extend((item, [*parts, i]) for i, item in enumerate(node) if type(item) in (dict, list))
-        return None
+            if cut:  # the error is worded from the document as it is, uncut
+                raise _CutMismatchError from None
+            raise _relocate(exc, _path(_locate(self.root, envelope) or [])) from exc
 
 
-def _cut_blobs(raw: bytes | bytearray) -> tuple[bytes | bytearray, dict[str, tuple[int, int]]]:
+# A member name that an envelope may have, as a JSON key in raw text: preceded by what may precede a key and
+# followed by the colon. In valid JSON such a match is always a key (see _check_duplicates).
+_NAME_KEY = rb'[{,\s]"(?:data|shape|dtype|schema|version|num_experts|bits)"\s*:'
+_NAME_KEY_RE: Final = re.compile(_NAME_KEY)
+_NAME_KEY_TEXT_RE: Final = re.compile(_NAME_KEY.decode())
+# Any key, to find those spelled with escapes (e.g. "\u0064ata"). Each character of the string is matched one
+# way only (no ambiguity between alternatives), so the match is linear: an earlier pattern that required a
+# backslash inside took minutes on long runs of escaped backslashes.
+_ANY_KEY_RE: Final = re.compile(rb'[{,\s]"((?:[^"\\]|\\.)*)"\s*:')
+_ANY_KEY_TEXT_RE: Final = re.compile(_ANY_KEY_RE.pattern.decode())
+_NAME_RE: Final = re.compile(rb'"(?:data|shape|dtype|schema|version|num_experts|bits)"')
+_NAME_TEXT_RE: Final = re.compile(_NAME_RE.pattern.decode())
+
+
+def _count(text: bytes | bytearray | memoryview | str, pattern: re.Pattern[Any], text_pattern: re.Pattern[str]) -> int:
+    if isinstance(text, str):
+        return sum(1 for _ in text_pattern.finditer(text))
+    return sum(1 for _ in pattern.finditer(text))
+
+
+def _has(text: bytes | bytearray | memoryview | str, needle: bytes) -> bool:
+    if isinstance(text, str):
+        return needle.decode() in text
+    if isinstance(text, memoryview):
+        return re.search(re.escape(needle), text) is not None
+    return needle in text
+
+
+def _escaped_names(text: bytes | bytearray | memoryview | str) -> int:
+    """How many keys spelled with escapes decode to a member name an envelope may have."""
+    matches = _ANY_KEY_TEXT_RE.finditer(text) if isinstance(text, str) else _ANY_KEY_RE.finditer(text)
+    count = 0
+    for match in matches:
+        raw = match.group(1)
+        if "\\" not in raw if isinstance(raw, str) else b"\\" not in raw:
+            continue  # spelled plainly: counted by _NAME_KEY_RE
+        spelled = raw if isinstance(raw, str) else raw.decode("utf-8", "replace")
+        try:
+            name = orjson.loads(f'"{spelled}"')
+        except orjson.JSONDecodeError:
+            continue
+        count += name in _ENVELOPE_KEYS
+    return count
+
+
+class _Duplicated(dict[str, Any]):
+    """An envelope object that had a member name twice (only built by _find_duplicate)."""
+
+    name: str = ""
+
+
+def _check_duplicates(text: bytes | bytearray | memoryview | str, parsed_names: int) -> None:
+    """Refuse an envelope with a member name twice; orjson keeps the last silently, so the text is counted.
+
+    ``parsed_names`` is how many member names an envelope may have were found in the parsed objects. Each such
+    name in the text is counted: if there are more, an object had one twice, and only then the text is parsed
+    again, slowly, to find the object. The count is exact for valid JSON: a quote preceded by ``{``, ``,`` or
+    whitespace is never escaped, and a closing quote cannot be followed by a letter, so every match is a key.
+
+    Raises:
+        DecodeError: an object that is (or names itself) an r3wire envelope has a member name twice.
+    """
+    escaped = _has(text, b"\\u")
+    # A quick upper bound first: the names in quotes, anywhere (in documents dumps writes, only the keys).
+    if not escaped and _count(text, _NAME_RE, _NAME_TEXT_RE) == parsed_names:
+        return
+    in_text = _count(text, _NAME_KEY_RE, _NAME_KEY_TEXT_RE) + (_escaped_names(text) if escaped else 0)
+    if in_text > parsed_names:
+        _find_duplicate(text)
+
+
+def _find_duplicate(text: bytes | bytearray | memoryview | str) -> None:
+    """Parse ``text`` with a hook that sees every member, and raise for the first envelope with a duplicate.
+
+    Raises:
+        DecodeError: naming the envelope's path and the repeated name.
+    """
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj = dict(pairs)
+        if len(obj) < len(pairs) and any(k == KEY_SCHEMA and v in _SCHEMAS for k, v in pairs if type(v) is str):
+            seen: set[str] = set()
+            found = _Duplicated(obj)
+            found.name = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+            return found
+        return obj
+
+    source = text if isinstance(text, (str, bytes, bytearray)) else bytes(text)
+    try:
+        # Numbers are not needed here (and orjson already refused any the stdlib could not convert).
+        root = json.loads(source, object_pairs_hook=pairs_hook, parse_int=len)
+    except (ValueError, RecursionError):
+        # Only the stdlib's depth limit (about 1000, orjson's is 1024) gets here, on a document orjson parsed
+        # that has a repeated name: refused rather than searched without a path.
+        raise DecodeError.make(
+            "$", "a document whose envelopes have unique member names", "a duplicate member name", raw=True
+        ) from None
+    target = _first_duplicated(root)
+    if target is None:
+        return
+    path = _path(_locate(root, target) or [])
+    raise DecodeError.make(path, "an envelope with unique member names", f"{target.name!r} twice"[:80], raw=True)
+
+
+def _first_duplicated(root: object) -> _Duplicated | None:
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, _Duplicated):
+            return node
+        if isinstance(node, dict):
+            stack.extend(v for v in node.values() if isinstance(v, (dict, list)))
+        elif isinstance(node, list):
+            stack.extend(v for v in node if isinstance(v, (dict, list)))
+    return None
+
+
+def _finder(raw: bytes | bytearray | memoryview) -> Callable[[bytes, int], int]:
+    """``raw.find`` for any contiguous bytes-like input, as fast as ``bytes.find`` where possible.
+
+    A memoryview has no ``find``: a view of (part of) a bytes or bytearray, such as a reused send buffer, is
+    searched in its exporter within the view's bounds (no copy); any other buffer through ``re`` (slower).
+    """
+    if isinstance(raw, (bytes, bytearray)):
+        return raw.find
+    base: object = raw.obj
+    for _ in range(8):  # e.g. np.frombuffer(body, np.uint8): an array whose base is a view of the bytes
+        if isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        elif isinstance(base, memoryview):
+            base = base.obj
+        else:
+            break
+    if isinstance(base, (bytes, bytearray)):
+        offset = np.frombuffer(raw, np.uint8).ctypes.data - np.frombuffer(base, np.uint8).ctypes.data
+        stop = offset + len(raw)
+
+        def find_in_base(sub: bytes, start: int) -> int:
+            at = base.find(sub, offset + start, stop)
+            return at if at < 0 else at - offset
+
+        return find_in_base
+    patterns: dict[bytes, re.Pattern[bytes]] = {}
+
+    def find(sub: bytes, start: int) -> int:
+        pattern = patterns.get(sub)
+        if pattern is None:
+            pattern = patterns[sub] = re.compile(re.escape(sub))
+        match = pattern.search(raw, start)
+        return -1 if match is None else match.start()
+
+    return find
+
+
+def _cut_blobs(
+    raw: bytes | bytearray | memoryview,
+) -> tuple[bytes | bytearray | memoryview, dict[str, tuple[int, int]]]:
     """Replace the content of every long ``"data":"..."`` string in ``raw`` by a short placeholder.
 
     Returns the shortened document and, per placeholder, where its text is in ``raw``.
 
-    Why this is exact for any input: a match is used only if its first quote is preceded by an even number of
-    backslashes, so (in valid JSON) it is an unescaped delimiter, ``data`` is a whole key and the value is a
-    string; the cut text contains no quote or backslash, so the original string is exactly those bytes. If the
-    shortened document parses, the original differs from it only in those string contents, which the caller
-    checks (base64 for envelopes, orjson for anything else); if it does not parse, neither does the original.
+    One scan of each blob: its end is the next quote. That is exact whenever the cut can matter: a match is used
+    only if its first quote is preceded by an even number of backslashes, so (in valid JSON) it is an unescaped
+    delimiter, ``data`` is a whole key and the value is a string. If that string holds an escaped quote, the cut
+    ends too early; but then the cut text is not base64 (an envelope refuses it), not a valid JSON string on its
+    own (``_restore`` refuses it), or its placeholder lands elsewhere than under a ``data`` key (never used); each
+    of these makes the caller parse the original document instead. If the shortened document does not parse,
+    the original is parsed for the error's wording (or, should it parse, for the document).
     """
     blobs: dict[str, tuple[int, int]] = {}
     pieces: list[bytes | memoryview] = []
     view = memoryview(raw)
+    find = _finder(raw)
     nonce = ""
     prev = pos = 0
-    while (at := raw.find(_DATA_KEY, pos)) >= 0:
+    while (at := find(_DATA_KEY, pos)) >= 0:
         start = at + len(_DATA_KEY)
-        end = raw.find(b'"', start)
+        end = find(b'"', start)
         if end < 0:
             break
         pos = end + 1
-        if end - start < _CUT_MIN_CHARS or raw.find(b"\\", start, end) >= 0:
+        if end - start < _CUT_MIN_CHARS:
             continue
         slashes = 0
-        while at - slashes > 0 and raw[at - slashes - 1] == _BACKSLASH:
+        while at - slashes > 0 and view[at - slashes - 1] == _BACKSLASH:
             slashes += 1
         if slashes % 2:
             continue
@@ -493,8 +1030,45 @@ def _cut_blobs(raw: bytes | bytearray) -> tuple[bytes | bytearray, dict[str, tup
     return b"".join(pieces), blobs
 
 
+def _copy_containers(root: Any) -> Any:
+    """A copy of every dict and list in a parsed document (the leaves are shared), so decoding in place leaves
+    the caller's object as it was."""
+    if not isinstance(root, (dict, list)):
+        return root
+    top: Any = dict(root) if isinstance(root, dict) else list(root)
+    stack = [top]
+    while stack:
+        node = stack.pop()
+        items = node.items() if type(node) is dict else enumerate(node)
+        for key, item in items:
+            if isinstance(item, (dict, list)):
+                copied: Any = dict(item) if isinstance(item, dict) else list(item)
+                node[key] = copied
+                stack.append(copied)
+    return top
+
+
+def _as_text(data: object) -> bytes | bytearray | memoryview | str:
+    """JSON text as given: str, bytes or bytearray as they are; any other bytes-like object as a byte view.
+
+    Raises:
+        DecodeError: not text, or a buffer that is not contiguous.
+    """
+    if isinstance(data, (bytes, bytearray, str)):
+        return data
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]
+    except TypeError:
+        raise DecodeError.make(
+            "$", "JSON text (bytes-like or str) or a parsed document (dict or list)", type(data).__name__, raw=True
+        ) from None
+    if not view.c_contiguous:
+        raise DecodeError.make("$", "a contiguous buffer of JSON text", "a non-contiguous buffer", raw=True)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
 def loads(
-    data: bytes | bytearray | memoryview | str,
+    data: object,
     *,
     num_experts: int | None = None,
     max_elements: int | None = None,
@@ -504,15 +1078,19 @@ def loads(
     An object whose ``schema`` is ``"r3wire.routes"``, ``"r3wire.array"`` or ``"r3wire.logprobs"`` is decoded
     strictly, wherever it is (the whole document included), with :func:`~r3wire.decode_routes`,
     :func:`~r3wire.decode_array` or :func:`~r3wire.decode_logprobs`; a malformed one is an error, not left as a
-    dict. Every other object stays a dict: the seed's unversioned
-    ``{data, shape, dtype}`` envelope and other wire formats are not recognised, since nothing in them says
-    they are routes. Decoded arrays are writable and own their memory; nothing else is copied.
+    dict, and so is one with a member name twice (JSON parsers keep one of them silently). Every other object
+    stays a dict: the seed's unversioned ``{data, shape, dtype}`` envelope and other wire formats are not
+    recognised, since nothing in them says they are routes. Decoded arrays are writable and own their memory.
+    Text that ``orjson.loads`` refuses is always refused.
 
     Args:
-        data: the JSON text, as bytes (fastest) or ``str``.
+        data: the JSON text, as any bytes-like object (bytes, bytearray, memoryview, a NumPy uint8 array; no
+            copy is made) or ``str``; or a document already parsed (what ``httpx``'s or ``aiohttp``'s
+            ``.json()`` return), whose envelopes are decoded into a copy of its dicts and lists.
         num_experts: the model's expert count: every routes envelope must agree with it (ids below it, and its
             own ``num_experts`` equal when present).
-        max_elements: refuse any envelope declaring more elements than this, before decoding it.
+        max_elements: refuse any envelope declaring more elements than this, before decoding it; the decoders'
+            default when omitted.
 
     Returns:
         The document, with arrays in place of envelopes.
@@ -525,35 +1103,38 @@ def loads(
     """
     num_experts = optional_num_experts(num_experts)
     max_elements = optional_max_elements(max_elements)
-    if isinstance(data, memoryview):
-        data = data.tobytes()
-    if not isinstance(data, (bytes, bytearray, str)):
-        raise DecodeError.make("$", "JSON text (bytes or str)", type(data).__name__, raw=True)
-    raw: bytes | bytearray | str = data
-    view: memoryview | None = None
-    blobs: dict[str, tuple[int, int]] = {}
-    if not isinstance(data, str):
-        raw, blobs = _cut_blobs(data)
-        view = memoryview(data) if blobs else None
+    if data is None or isinstance(data, (bool, int, float)):  # a parsed document that is a scalar
+        return data
+    if isinstance(data, (dict, list)):
+        reader = _Reader(_copy_containers(data), raw=None, blobs={}, num_experts=num_experts, max_elements=max_elements)
+        return reader.run()
+    text = _as_text(data)
+    if not isinstance(text, str):
+        cut, blobs = _cut_blobs(text)
+        if blobs:
+            try:
+                root = orjson.loads(cut)
+            except orjson.JSONDecodeError:
+                pass  # the shortened text fails exactly when the original does: parse that for the wording
+            else:
+                reader = _Reader(
+                    root, raw=memoryview(text), blobs=blobs, num_experts=num_experts, max_elements=max_elements
+                )
+                try:
+                    result = reader.run()
+                except _CutMismatchError:
+                    pass
+                else:
+                    _check_duplicates(cut, reader.names)
+                    return result
     try:
-        root = orjson.loads(raw)
+        root = orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        if not blobs:
-            raise DecodeError.make("$", "valid JSON", f"invalid JSON: {exc}", raw=True) from exc
-        # The shortened text fails exactly when the original does; parse the original for the error's position
-        # (and, should that reasoning ever be wrong, for the document itself).
-        try:
-            root = orjson.loads(data)
-        except orjson.JSONDecodeError as original:
-            raise DecodeError.make("$", "valid JSON", f"invalid JSON: {original}", raw=True) from original
-        raw, blobs, view = data, {}, None
-    if not blobs:
-        # No envelope can hide in a document that never spells "r3wire." (only a \u escape could spell it).
-        if isinstance(raw, str):
-            plain = "r3wire." not in raw and "\\u" not in raw
-        else:
-            plain = b"r3wire." not in raw and b"\\u" not in raw
-        if plain:
-            return root
-    reader = _Reader(root, raw=view, blobs=blobs, num_experts=num_experts, max_elements=max_elements)
-    return reader.run()
+        raise DecodeError.make("$", "valid JSON", f"invalid JSON: {exc}", raw=True) from exc
+    # No envelope can hide in a document that never spells "r3wire." (only a \u escape could spell it).
+    if not _has(text, b"r3wire.") and not _has(text, b"\\u"):
+        return root
+    reader = _Reader(root, raw=None, blobs={}, num_experts=num_experts, max_elements=max_elements)
+    result = reader.run()
+    _check_duplicates(text, reader.names)
+    return result

@@ -14,13 +14,14 @@ from typing import Any
 import numpy as np
 
 from r3wire import bitpack
-from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes
+from r3wire._envelope import build_envelope, decode_data, read_header
 from r3wire._routecheck import (
     ROUTES_NDIM,
     check_ids,
     check_num_experts,
     optional_num_experts,
     prepare_routes,
+    wire_ids,
 )
 from r3wire._validate import load_object, optional_max_elements
 from r3wire.errors import R3WireError
@@ -88,7 +89,7 @@ def routes_wire(
     if plan.num_experts is not None:
         extra[KEY_NUM_EXPERTS] = plan.num_experts
     if plan.bits is None:
-        return to_wire_bytes(plan.array, plan.dtype), plan.dtype, extra, None
+        return wire_ids(plan), plan.dtype, extra, None
     extra[KEY_BITS] = plan.bits
     packed = bitpack.pack_bits(plan.array, plan.bits, checked=True)
     return packed, plan.dtype, extra, plan.array.shape

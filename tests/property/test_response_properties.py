@@ -4,7 +4,12 @@
   their own dtype), and any JSON parser reads dumps' output;
 - on documents without envelopes, loads agrees with orjson.loads exactly, accepting and rejecting the same
   texts, even when long "data" strings are cut out of the raw bytes before parsing;
-- any input to loads is either accepted or raises DecodeError.
+- any input to loads is either accepted or raises DecodeError;
+- dumps either writes what loads gives back or raises EncodeError (an object spelling an r3wire schema), and
+  iter_dumps yields the same bytes; loads of the parsed document equals loads of the text;
+- logprobs under logprobs keys are refused when not finite (naming the first one) or clamped to the floor;
+- an envelope with a member name twice is refused; a long string with bytes orjson refuses is refused even when
+  a later duplicate key discards it.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from _fuzzing import JSON_LEAVES
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import r3wire
-from r3wire import DecodeError
+from r3wire import DecodeError, EncodeError
 
 pytestmark = pytest.mark.property
 
@@ -47,6 +53,11 @@ ARRAYS = st.one_of(
     st.integers(2048, 3000).map(lambda n: np.arange(n, dtype=np.uint16)),
     st.integers(66000, 67000).map(lambda n: np.arange(n, dtype=np.uint16)),
 )
+LOGPROBS = hnp.arrays(
+    st.sampled_from(["<f4", ">f8", "<f8"]).map(np.dtype),
+    st.integers(0, 40).map(lambda n: (n,)) | st.just((35000,)),
+    elements=st.floats(-1e4, 0, width=32),
+)
 ROUTES = st.one_of(
     hnp.arrays(st.sampled_from(["u1", "<i2", ">i4", "<u8"]).map(np.dtype), ROUTE_SHAPES, elements=st.integers(0, 255)),
     hnp.arrays(np.dtype("<i4"), ROUTE_SHAPES, elements=st.integers(0, 40000)),
@@ -68,6 +79,7 @@ def _documents(leaves: st.SearchStrategy[Any], routes: bool) -> st.SearchStrateg
         dicts = st.dictionaries(KEYS, children, max_size=4)
         if routes:
             dicts = st.builds(lambda d, r: d if r is None else {**d, "routed_experts": r}, dicts, st.none() | ROUTES)
+            dicts = st.builds(lambda d, lp: d if lp is None else {**d, "logprobs": lp}, dicts, st.none() | LOGPROBS)
         return st.lists(children, max_size=4) | st.tuples(children, children) | dicts
 
     return st.recursive(leaves, extend, max_leaves=12)
@@ -93,7 +105,7 @@ def _assert_same(back: Any, sent: Any, *, routes: bool = False) -> None:
         assert isinstance(back, dict)
         assert list(back) == list(sent)
         for key, value in sent.items():
-            _assert_same(back[key], value, routes=key == "routed_experts")
+            _assert_same(back[key], value, routes=key == "routed_experts" and isinstance(value, np.ndarray))
     elif isinstance(sent, (list, tuple)):
         assert isinstance(back, list)
         assert len(back) == len(sent)
@@ -104,11 +116,107 @@ def _assert_same(back: Any, sent: Any, *, routes: bool = False) -> None:
         assert back == sent
 
 
-@given(DOCUMENTS)
+SCHEMA_NAMES = ["r3wire.routes", "r3wire.array", "r3wire.logprobs"]
+# Documents that may hold an object of the caller's spelling an r3wire schema: dumps must refuse those.
+SPELLED = st.recursive(
+    st.one_of(LEAVES, ARRAYS),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.builds(
+            lambda d, s: {**d, "schema": s},
+            st.dictionaries(KEYS, children, max_size=3),
+            st.sampled_from([*SCHEMA_NAMES, "r3wire.x", "routes"]),
+        )
+    ),
+    max_leaves=8,
+)
+
+
+def _spells_schema(doc: Any) -> bool:
+    if isinstance(doc, dict):
+        schema = doc.get("schema")
+        return (isinstance(schema, str) and schema in SCHEMA_NAMES) or any(_spells_schema(v) for v in doc.values())
+    if isinstance(doc, (list, tuple)):
+        return any(_spells_schema(v) for v in doc)
+    return False
+
+
+@given(st.one_of(DOCUMENTS, SPELLED))
 def test_round_trip(doc: Any) -> None:
+    if _spells_schema(doc):
+        with pytest.raises(EncodeError) as info:
+            r3wire.dumps(doc)
+        assert info.value.field is not None
+        assert info.value.field.endswith(".schema")
+        return
     text = r3wire.dumps(doc)
     json.loads(text)  # plain JSON, for any parser
     _assert_same(r3wire.loads(text), doc)
+    assert b"".join(r3wire.iter_dumps(doc)) == text
+    parsed = orjson.loads(text)
+    if not isinstance(parsed, str):  # a str is JSON text to loads
+        _assert_same(r3wire.loads(parsed), doc)
+
+
+@given(LOGPROBS, st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from([np.nan, np.inf, -np.inf])), max_size=3))
+def test_non_finite_logprobs_are_refused_or_clamped(values: np.ndarray[Any, Any], bad: list[tuple[int, float]]) -> None:
+    values = values.copy()
+    for where, value in bad:
+        if values.size:
+            values[where % values.size] = value
+    finite = np.isfinite(values)
+    doc = {"choices": [{"logprobs": values}]}
+    if finite.all():
+        assert (
+            r3wire.loads(r3wire.dumps(doc))["choices"][0]["logprobs"].tobytes()
+            == values.astype(values.dtype.newbyteorder("=")).tobytes()
+        )
+        return
+    first = int(np.argmin(finite))
+    with pytest.raises(EncodeError) as info:
+        r3wire.dumps(doc)
+    assert info.value.field == f"$.choices[0].logprobs[{first}]"
+    back = r3wire.loads(r3wire.dumps(doc, clamp_logprobs=True))["choices"][0]["logprobs"]
+    assert np.array_equal(back[finite], values[finite])
+    assert (back[~finite] == -9999.0).all()
+
+
+ENVELOPE_KEYS = ["data", "shape", "dtype", "schema", "version", "num_experts", "bits"]
+
+
+@given(
+    st.one_of(ROUTES.filter(lambda r: r.shape[1] and r.shape[2]), st.just(np.ones((2000, 2, 2), np.int32))),
+    st.sampled_from(ENVELOPE_KEYS),
+    JSON_LEAVES,
+    st.sampled_from(["", " ", "\n "]),
+    st.booleans(),
+)
+def test_duplicate_members_in_envelopes_are_refused(
+    routes: np.ndarray[Any, Any], key: str, value: Any, space: str, first: bool
+) -> None:
+    envelope = r3wire.encode_routes(routes, num_experts=60000, pack_bits=key == "bits")
+    body = orjson.dumps({"r": envelope, "x": [1]})
+    member = f'{space}"{key}"{space}:{space}{json.dumps(value)}'.encode()
+    if first:  # the envelope is the first object inside the document
+        opened = body.index(b"{", 1) + 1
+        text = body[:opened] + member + b"," + body[opened:]
+    else:
+        closed = body.index(b"}")
+        text = body[:closed] + b"," + member + body[closed:]
+    with pytest.raises(DecodeError):
+        r3wire.loads(text)
+
+
+BAD = st.sampled_from([b"\x01", b"\x1f", b"\xff", b"\xed\xa0\x80", b"\xc3(", b"\x00"])
+
+
+@given(st.integers(0, 6000), BAD, PLAIN_DOCUMENTS, st.booleans())
+def test_bad_bytes_in_discarded_duplicates_are_refused(at: int, bad: bytes, doc: Any, later: bool) -> None:
+    long = b"QUJD" * 1500
+    blob = b'"' + long[:at] + bad + long[at:] + b'"'
+    first, second = (blob, orjson.dumps(doc)) if later else (orjson.dumps(doc), blob)
+    text = b'[{"data":' + first + b',"data":' + second + b"}]"
+    _agrees_with_orjson(text)
 
 
 @given(PLAIN_DOCUMENTS, st.sampled_from([None, 2]))
@@ -155,3 +263,67 @@ def test_mutated_responses_raise_only_decode_error(doc: Any, edits: list[tuple[i
         text[at : at + len(noise)] = noise
     with contextlib.suppress(DecodeError):
         r3wire.loads(bytes(text))
+
+
+def _path_of(parts: list[str | int]) -> str:
+    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+
+
+@given(
+    st.lists(st.one_of(st.sampled_from(["a", "choices", "routed_experts"]), st.integers(0, 30)), max_size=40),
+    st.integers(0, 20),
+    st.booleans(),
+)
+def test_errors_are_located_at_any_depth_and_width(parts: list[str | int], siblings: int, big: bool) -> None:
+    routes = np.ones((3000 if big else 1, 2, 2), np.uint8)
+    bad: Any = r3wire.encode_routes(routes)
+    bad["shape"] = [routes.shape[0], 2, 3]
+    node = bad
+    for part in reversed(parts):  # build from the envelope up, with empty siblings beside each step
+        if isinstance(part, int):
+            node = [[] for _ in range(part)] + [node] + [{} for _ in range(siblings)]
+        else:
+            node = {**{f"s{i}": [] for i in range(siblings)}, part: node}
+    with pytest.raises(DecodeError) as info:
+        r3wire.loads(orjson.dumps(node))
+    assert info.value.field == _path_of(parts) + ".data"
+    with pytest.raises(DecodeError) as parsed:
+        r3wire.loads(node)
+    assert parsed.value.field == info.value.field
+
+
+@given(
+    st.sampled_from(["i1", "<i2", ">i2", "<i4", ">i8", "u1", "<u2", ">u4"]).map(np.dtype),
+    st.sampled_from([(1, 2, 3), (40000, 2, 2)]),
+    st.lists(st.tuples(st.integers(0, 10**9), st.integers(-(2**40), 2**40)), max_size=3),
+    st.sampled_from([None, 1, 100, 128, 256, 384, 32768, 40000, 2**31]),
+)
+def test_every_id_is_checked_whatever_its_dtype(
+    dtype: np.dtype[Any], shape: tuple[int, ...], edits: list[tuple[int, int]], num_experts: int | None
+) -> None:
+    info = np.iinfo(dtype)
+    routes = np.zeros(shape, dtype)
+    flat = routes.reshape(-1)
+    for where, value in edits:
+        flat[where % flat.size] = min(max(value, info.min), info.max)
+    values = flat.astype(np.int64)
+    limit = 2**31 if num_experts is None else num_experts
+    bad = np.flatnonzero((values < 0) | (values >= limit))
+    doc = {"choices": [{"routed_experts": routes}]}
+    if bad.size:
+        index = [int(i) for i in np.unravel_index(int(bad[0]), shape)]
+        field = f"$.choices[0].routed_experts{index}"
+        with pytest.raises(EncodeError) as info_dumps:
+            r3wire.dumps(doc, num_experts=num_experts)
+        assert info_dumps.value.field == field
+        with pytest.raises(EncodeError) as info_stream:
+            b"".join(r3wire.iter_dumps(doc, num_experts=num_experts))
+        assert info_stream.value.field == field
+        with pytest.raises(EncodeError):
+            r3wire.encode_routes(routes, num_experts=num_experts)
+        return
+    text = r3wire.dumps(doc, num_experts=num_experts)
+    assert b"".join(r3wire.iter_dumps(doc, num_experts=num_experts)) == text
+    back = r3wire.loads(text)["choices"][0]["routed_experts"]
+    assert np.array_equal(back, routes)
+    assert np.array_equal(r3wire.decode_routes(r3wire.encode_routes(routes, num_experts=num_experts)), routes)

@@ -1,0 +1,312 @@
+"""r3wire.dumps / r3wire.loads at their edges: hostile documents, duplicate members, the inverse promise,
+logprob safety, parsed input and threads (issues 11 and 12)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import tracemalloc
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+import r3wire
+from r3wire import DecodeError, EncodeError, R3WireError, decode_routes, encode_routes
+from r3wire.synthetic import synthetic_routes
+
+BIG = synthetic_routes(400, layers=4, top_k=2, num_experts=16, seed=3)  # base64 longer than loads' cut size
+
+
+def _bad_envelope() -> dict[str, Any]:
+    envelope = encode_routes(np.zeros((1, 1, 2), np.uint8))
+    envelope["shape"] = [1, 1, 3]
+    return envelope
+
+
+# --- the error path is linear in the document (issue 11.3) ---
+
+
+def test_error_deep_in_a_deep_and_wide_document_is_located_cheaply() -> None:
+    # 1000 levels (orjson's limit is 1024), each with 300 sibling containers: locating by copying a path per
+    # container held ~10**8 list slots; a parent link per container holds ~3 * 10**5.
+    depth, siblings = 1000, 300
+    text = b"".join([b"[[]," * 1 + b"[]," * (siblings - 1)] * depth) + orjson.dumps(_bad_envelope()) + b"]" * depth
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodeError) as info:
+            r3wire.loads(text)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.field == "$" + f"[{siblings}]" * (depth - 1) + f"[{siblings}].data"
+    assert peak < 40 * len(text) + (64 << 20)
+
+
+def test_error_at_the_end_of_a_wide_document() -> None:
+    good = orjson.dumps(encode_routes(np.ones((1, 2, 2), np.uint8)))
+    n = 20000
+    text = b'{"items":[' + b",".join([good] * (n - 1) + [orjson.dumps(_bad_envelope())]) + b"]}"
+    with pytest.raises(DecodeError) as info:
+        r3wire.loads(text)
+    assert info.value.field == f"$.items[{n - 1}].data"
+
+
+# --- loads never accepts what orjson rejects; duplicate members (issue 11.4) ---
+
+BAD_BYTES = [b"\x01", b"\x1f", b"\xff", b"\xc3", b"\xed\xa0\x80", b"\x00"]
+
+
+@pytest.mark.parametrize("bad", BAD_BYTES)
+@pytest.mark.parametrize("where", ["first", "last", "middle"])
+def test_bad_bytes_in_a_discarded_duplicate_are_refused(bad: bytes, where: str) -> None:
+    long = b"A" * 3000 + bad + b"A" * 3000
+    blob = b'"' + long + b'"'
+    ok = b'"AAAA"'
+    members = {"first": [blob, ok, ok], "last": [ok, ok, blob], "middle": [ok, blob, ok]}[where]
+    text = b"[" + b",".join(b'{"data":' + m + b',"k":1}' for m in members) + b',{"data":' + blob + b',"data":1}]'
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(text)
+    with pytest.raises(DecodeError, match=r"^\$ must be valid JSON"):
+        r3wire.loads(text)
+    # Inside an envelope whose "data" is then given again.
+    envelope = orjson.dumps(encode_routes(BIG))
+    doubled = envelope[:-1] + b',"data":' + blob + b"}"
+    with pytest.raises(DecodeError):
+        r3wire.loads(doubled)
+
+
+def _doubled(envelope: dict[str, Any], key: str, value: Any, *, spelled: str | None = None) -> bytes:
+    text = orjson.dumps({"r": envelope})
+    name = orjson.dumps(spelled or key)
+    return text[:-2] + b"," + name + b":" + orjson.dumps(value) + b"}}"
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("data", "AAAA"),
+        ("shape", [1, 1, 3]),
+        ("dtype", "uint8"),
+        ("schema", "r3wire.routes"),
+        ("schema", "something.else"),  # names itself an envelope first, then not: still refused
+        ("version", 1),
+        ("num_experts", 16),
+        ("bits", 4),
+    ],
+)
+@pytest.mark.parametrize("big", [False, True])
+def test_duplicate_member_names_in_an_envelope_are_refused(key: str, value: Any, big: bool) -> None:
+    routes = BIG if big else np.ones((1, 2, 2), np.uint8)
+    envelope = encode_routes(routes, num_experts=16, pack_bits=key == "bits")
+    text = _doubled(envelope, key, envelope.get(key, value) if key != "schema" else value)
+    with pytest.raises(DecodeError, match="unique member names") as info:
+        r3wire.loads(text)
+    assert info.value.field == "$.r"
+    assert repr(key) in str(info.value)
+
+
+def test_duplicates_spelled_with_escapes_are_refused() -> None:
+    envelope = encode_routes(np.ones((1, 2, 2), np.uint8))
+    text = orjson.dumps({"r": envelope})[:-2] + b',"\\u0073hape":[1,2,2]}}'
+    with pytest.raises(DecodeError, match="unique member names"):
+        r3wire.loads(text)
+    spaced = orjson.dumps({"r": envelope})[:-2] + b' ,\n "dtype"  :  "uint8"}}'
+    with pytest.raises(DecodeError, match="unique member names"):
+        r3wire.loads(spaced)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        b'{"data": 1, "data": 2, "shape": [1], "x": "\\"data\\": 3"}',
+        b'[{"schema": "a", "schema": "b"}, {"data": "' + b"A" * 5000 + b'", "data": "B"}, "r3wire.routes"]',
+        b'{"k": "\\u0064ata", "\\u0064ata": 1, "data": 2}',
+    ],
+)
+def test_duplicates_outside_envelopes_are_kept_as_orjson_keeps_them(text: bytes) -> None:
+    assert r3wire.loads(text) == orjson.loads(text)
+
+
+def test_names_inside_strings_are_not_members() -> None:
+    envelope = encode_routes(np.ones((1, 2, 2), np.uint8))
+    doc = {"r": envelope, "note": ' {"data": 1, "shape" : 2} ,"dtype":', "data": "shape"}
+    back = r3wire.loads(orjson.dumps(doc))
+    assert back["note"] == doc["note"]
+    assert np.array_equal(back["r"], np.ones((1, 2, 2), np.uint8))
+    # Long runs of escaped backslashes beside \u escapes: the key scan stays linear (a backtracking pattern
+    # took minutes here).
+    slashes = {"r": envelope, "k\\" * 20000 + '"': "\\" * 200000 + "é:", "é": 1}
+    assert r3wire.loads(orjson.dumps(slashes).replace("é".encode(), b"\\u00e9"))["é"] == 1
+
+
+# --- dumps and loads are inverse, or dumps says why not (issue 11.5) ---
+
+
+@pytest.mark.parametrize("name", ["r3wire.routes", "r3wire.array", "r3wire.logprobs"])
+def test_objects_that_spell_a_schema_are_refused(name: str) -> None:
+    with pytest.raises(EncodeError, match=r"^\$\.a\[1\]\.schema must be no r3wire schema name") as info:
+        r3wire.dumps({"a": [1, {"schema": name, "data": "AAAA"}]})
+    assert info.value.field == "$.a[1].schema"
+    with pytest.raises(EncodeError):
+        r3wire.dumps({"routed_experts": encode_routes(BIG)})  # an envelope already made: pass the array instead
+    assert r3wire.loads(r3wire.dumps({"schema": "r3wire.other"})) == {"schema": "r3wire.other"}
+
+
+def test_arrays_over_32_dimensions_are_refused() -> None:
+    if int(np.__version__.split(".")[0]) < 2:
+        pytest.skip("NumPy 1 makes at most 32 dimensions")
+    with pytest.raises(EncodeError, match=r"^\$\.x must be an array of at most 32 dimensions, got 33"):
+        r3wire.dumps({"x": np.zeros((1,) * 33, np.uint8)})
+    assert r3wire.loads(r3wire.dumps({"x": np.zeros((1,) * 32, np.uint8)}))["x"].shape == (1,) * 32
+
+
+@pytest.mark.parametrize("shape", [(2, 0, 8), (2, 4, 0), (0, 0, 1)])
+def test_routes_without_layers_or_slots_are_refused(shape: tuple[int, ...]) -> None:
+    with pytest.raises(EncodeError, match=r"^\$\.routed_experts\.shape must be \[rows, layers, top_k\]"):
+        r3wire.dumps({"routed_experts": np.zeros(shape, np.int32)})
+    empty = r3wire.loads(r3wire.dumps({"routed_experts": np.zeros((0, 3, 2), np.int32)}))["routed_experts"]
+    assert empty.shape == (0, 3, 2)
+
+
+# --- logprob safety (issue 12.6) ---
+
+
+def test_logprobs_travel_as_logprobs_envelopes() -> None:
+    values = np.array([-0.5, -1.25, -0.0], np.float32)
+    text = r3wire.dumps({"choices": [{"logprobs": values, "other": values}]})
+    plain = orjson.loads(text)["choices"][0]
+    assert plain["logprobs"]["schema"] == "r3wire.logprobs"
+    assert plain["other"]["schema"] == "r3wire.array"
+    back = r3wire.loads(text)["choices"][0]["logprobs"]
+    assert back.tobytes() == values.tobytes()
+    custom = orjson.loads(r3wire.dumps({"lp": values, "logprobs": values}, logprobs_keys=("lp",)))
+    assert (custom["lp"]["schema"], custom["logprobs"]["schema"]) == ("r3wire.logprobs", "r3wire.array")
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_logprobs_are_refused_with_their_path(bad: float) -> None:
+    values = np.array([-0.5, -1.0, bad, -2.0], np.float64)
+    with pytest.raises(EncodeError, match=r"^\$\.choices\[0\]\.logprobs\[2\] must be a finite logprob") as info:
+        r3wire.dumps({"choices": [{"logprobs": values}]})
+    assert info.value.field == "$.choices[0].logprobs[2]"
+
+
+def test_clamped_logprobs_are_reported_once(caplog: pytest.LogCaptureFixture) -> None:
+    big = np.full(50000, -0.5, np.float32)
+    big[[7, 49999]] = [np.nan, -np.inf]
+    doc = {"choices": [{"logprobs": np.array([np.nan, -1.0])}, {"logprobs": big}]}
+    with caplog.at_level(logging.WARNING, logger="r3wire"):
+        text = r3wire.dumps(doc, clamp_logprobs=True, request_id="req-7")
+    records = [r for r in caplog.records if r.name == "r3wire.logprobs"]
+    assert len(records) == 1
+    record = records[0]
+    assert record.r3wire_num_clamped == 3  # type: ignore[attr-defined]
+    assert record.r3wire_total == 50002  # type: ignore[attr-defined]
+    assert record.r3wire_paths == ["$.choices[0].logprobs", "$.choices[1].logprobs"]  # type: ignore[attr-defined]
+    assert record.r3wire_request_id == "req-7"  # type: ignore[attr-defined]
+    assert "req-7" in record.getMessage()
+    back = r3wire.loads(text)["choices"]
+    assert back[0]["logprobs"].tolist() == [-9999.0, -1.0]
+    assert back[1]["logprobs"][[7, 49999]].tolist() == [-9999.0, -9999.0]
+    assert np.isnan(big[7])  # the caller's array is untouched
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="r3wire"):
+        r3wire.dumps({"logprobs": np.zeros(3)}, clamp_logprobs=True)
+    assert not caplog.records
+
+
+def test_logprobs_options_and_dtypes() -> None:
+    with pytest.raises(EncodeError, match=r"^\$\.logprobs\.dtype must be float32 or float64"):
+        r3wire.dumps({"logprobs": np.zeros(3, np.float16)}, clamp_logprobs=True)
+    with pytest.raises(EncodeError, match=r"^\$\.logprobs\.dtype must be"):
+        r3wire.dumps({"logprobs": np.zeros(3, np.int32)})
+    with pytest.raises(R3WireError, match="logprobs_keys must be no key that is also in routes_keys"):
+        r3wire.dumps({}, logprobs_keys=("routed_experts",))
+    with pytest.raises(R3WireError, match="clamp_logprobs must be a bool"):
+        r3wire.dumps({}, clamp_logprobs=1)  # type: ignore[arg-type]
+    with pytest.raises(R3WireError, match="request_id must be a string"):
+        r3wire.dumps({}, request_id=7)  # type: ignore[arg-type]
+    assert orjson.loads(r3wire.dumps({"logprobs": np.zeros(2)}, logprobs_keys=()))["logprobs"]["schema"] == (
+        "r3wire.array"
+    )
+
+
+# --- loads of a parsed document (issue 12.6) ---
+
+
+def test_loads_decodes_a_parsed_document_without_touching_it() -> None:
+    doc = {"choices": [{"routed_experts": BIG, "logprobs": np.array([-0.5]), "ids": [1, 2]}], "n": 1}
+    parsed = orjson.loads(r3wire.dumps(doc, num_experts=16))
+    snapshot = orjson.dumps(parsed)
+    back = r3wire.loads(parsed, num_experts=16)
+    assert np.array_equal(back["choices"][0]["routed_experts"], BIG)
+    assert back["choices"][0]["logprobs"].tolist() == [-0.5]
+    assert back["choices"][0]["ids"] == [1, 2]
+    assert orjson.dumps(parsed) == snapshot
+    assert isinstance(parsed["choices"][0]["routed_experts"], dict)
+    top = r3wire.loads(orjson.loads(r3wire.dumps([BIG])))
+    assert np.array_equal(top[0], BIG)
+    parsed["choices"][0]["routed_experts"]["shape"] = [1, 2]
+    with pytest.raises(DecodeError) as info:
+        r3wire.loads(parsed)
+    assert info.value.field == "$.choices[0].routed_experts.shape"
+
+
+def test_loads_input_buffers() -> None:
+    text = r3wire.dumps({"routed_experts": BIG, "s": "é"})
+    # Views into a larger buffer (a reused send buffer): the quote after the view must not end the blob.
+    padded = bytearray(b'["x"' + text + b'"data":"' + b"A" * 5000 + b'"')
+    inner = memoryview(padded)[4 : 4 + len(text)]
+    forms: list[Any] = [
+        np.frombuffer(text, np.uint8),
+        memoryview(bytearray(text)),
+        memoryview(text).cast("c"),
+        inner,
+        np.frombuffer(padded, np.uint8)[4 : 4 + len(text)],
+        np.array(np.frombuffer(text, np.uint8)),  # a buffer NumPy owns
+    ]
+    for form in forms:
+        assert np.array_equal(r3wire.loads(form)["routed_experts"], BIG)
+    with pytest.raises(DecodeError, match="valid JSON"):
+        r3wire.loads(inner[: len(text) - 3000])  # cut inside the blob: the view ends before its closing quote
+    with pytest.raises(DecodeError, match="contiguous"):
+        r3wire.loads(np.frombuffer(text + b" ", np.uint8)[::2])
+    with pytest.raises(DecodeError, match=r"^\$ must be JSON text"):
+        r3wire.loads({1, 2})
+    assert r3wire.loads(3.5) == 3.5  # a parsed document that is a number
+
+
+# --- threads ---
+
+
+def test_threads_encode_and_decode_their_own_arrays() -> None:
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(6)
+
+    def work(seed: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(20):
+                rows = 50 if i % 3 else 3000  # small (in the text) and large (streamed, cut) documents
+                rng = np.random.default_rng(seed * 100 + i)
+                routes = rng.integers(0, 300, (rows, 6, 4), dtype=np.int32)
+                logprobs = rng.standard_normal(rows)
+                doc = {"routed_experts": routes, "logprobs": logprobs, "seed": seed}
+                text = r3wire.dumps(doc, num_experts=300) if i % 2 else b"".join(r3wire.iter_dumps(doc))
+                back = r3wire.loads(text)
+                assert back["seed"] == seed
+                assert np.array_equal(back["routed_experts"], routes)
+                assert back["logprobs"].tobytes() == logprobs.tobytes()
+                envelope = orjson.loads(text)["routed_experts"]
+                assert np.array_equal(decode_routes(envelope), routes)
+        except BaseException as exc:  # reported by the main thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
