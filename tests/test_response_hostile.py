@@ -168,7 +168,7 @@ def test_routes_without_layers_or_slots_are_refused(shape: tuple[int, ...]) -> N
     expected = r"^\$\.routed_experts must be a 3-d array \[rows, layers >= 1, top_k >= 1\], got shape "
     for options in ({}, {"num_experts": 16}, {"pack_bits": True}):
         with pytest.raises(EncodeError, match=expected) as info:
-            r3wire.dumps({"routed_experts": np.zeros(shape, np.int32)}, **options)  # type: ignore[arg-type]
+            r3wire.dumps({"routed_experts": np.zeros(shape, np.int32)}, **options)
         assert info.value.field == "$.routed_experts"
     with pytest.raises(EncodeError, match=expected):
         b"".join(r3wire.iter_dumps({"routed_experts": np.zeros(shape, np.int32)}))
