@@ -110,6 +110,30 @@ def test_default_floor_is_the_dtypes_value_nearest_minus_9999(dtype: Any, expect
     assert result.values[:3].tobytes() == np.full(3, expected, dtype=dtype).tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, ">f4", "<f8"])
+def test_encode_logprobs_clamps_to_the_same_default_floor_as_clamp_logprobs(
+    dtype: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    # One default for both entry points: encode_logprobs(clamp=True) writes exactly what clamp_logprobs gives.
+    source = np.array([np.nan, -np.inf, -0.5, np.inf], dtype=dtype)
+    with caplog.at_level(logging.WARNING, logger="r3wire"):
+        envelope = encode_logprobs(source, clamp=True)
+    expected = clamp_logprobs(source).values
+    assert decode_logprobs(envelope).tobytes() == expected.astype(expected.dtype.newbyteorder("=")).tobytes()
+    assert decode_logprobs(envelope).tolist() == [-9999.0, -9999.0, -0.5, -9999.0]
+    assert len(caplog.records) == 1
+
+
+def test_encode_logprobs_refuses_float16_by_dtype_not_by_floor() -> None:
+    # float16 is not a wire dtype; the refusal names the dtype (with the exact conversion), whatever the floor.
+    for floor in (None, -10000.0):
+        with pytest.raises(EncodeError, match=r"logprobs\.dtype must be float32 or float64") as info:
+            encode_logprobs(np.array([np.nan], dtype=np.float16), clamp=True, floor=floor)
+        assert info.value.field == "logprobs.dtype"
+    widened = np.array([np.nan], dtype=np.float16).astype(np.float32)
+    assert decode_logprobs(encode_logprobs(widened, clamp=True)).tolist() == [-9999.0]
+
+
 def test_explicit_floor_that_would_round_is_still_refused() -> None:
     # Only the default adapts to the dtype; a floor the caller spelled out is written exactly or refused.
     assert float(np.float16(-9999.0)) == -10000.0

@@ -164,8 +164,14 @@ def test_arrays_over_32_dimensions_are_refused() -> None:
 
 @pytest.mark.parametrize("shape", [(2, 0, 8), (2, 4, 0), (0, 0, 1)])
 def test_routes_without_layers_or_slots_are_refused(shape: tuple[int, ...]) -> None:
-    with pytest.raises(EncodeError, match=r"^\$\.routed_experts\.shape must be \[rows, layers, top_k\]"):
-        r3wire.dumps({"routed_experts": np.zeros(shape, np.int32)})
+    # The one encode check (prepare_routes) on every path: plain, with num_experts, bit-packed, streamed.
+    expected = r"^\$\.routed_experts must be a 3-d array \[rows, layers >= 1, top_k >= 1\], got shape "
+    for options in ({}, {"num_experts": 16}, {"pack_bits": True}):
+        with pytest.raises(EncodeError, match=expected) as info:
+            r3wire.dumps({"routed_experts": np.zeros(shape, np.int32)}, **options)
+        assert info.value.field == "$.routed_experts"
+    with pytest.raises(EncodeError, match=expected):
+        b"".join(r3wire.iter_dumps({"routed_experts": np.zeros(shape, np.int32)}))
     empty = r3wire.loads(r3wire.dumps({"routed_experts": np.zeros((0, 3, 2), np.int32)}))["routed_experts"]
     assert empty.shape == (0, 3, 2)
 

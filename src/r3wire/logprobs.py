@@ -248,20 +248,22 @@ def encode_logprobs(
     values: Any,
     *,
     clamp: bool = False,
-    floor: float = LOGPROB_FLOOR,
+    floor: float | None = None,
     request_id: str | None = None,
 ) -> dict[str, Any]:
     """Encode logprobs as an ``r3wire.logprobs`` envelope, float32 or float64 as given, every value bit for bit.
 
     Args:
         values: a float32 or float64 NumPy array or torch tensor of any shape, or a sequence of floats (sent as
-            float64). float16 is refused: it cannot hold the standard floor; convert with ``astype(np.float32)``,
-            which is exact.
+            float64). float16 is refused: it is not a logprob wire dtype (engines compute logprobs in float32, and
+            r3wire never converts); convert with ``astype(np.float32)``, which is exact.
         clamp: replace non-finite and missing values with ``floor`` first (see :func:`clamp_logprobs`). Without
             it, a non-finite or missing value is an error. This function returns no count, so a clamp that
             replaced anything is always reported: one warning on the ``r3wire`` logger, naming ``request_id``
             when given. Call :func:`clamp_logprobs` first instead to get the count as a value.
-        floor: the replacement when clamping; finite and exactly representable in the dtype.
+        floor: the replacement when clamping. Default: as :func:`clamp_logprobs`, the dtype's value nearest
+            :data:`LOGPROB_FLOOR` (-9999.0 in float32 and float64). An explicit floor must be finite and exactly
+            representable in the dtype; it is checked even when ``clamp`` is false.
         request_id: names the request in the warning.
 
     Returns:
@@ -281,7 +283,7 @@ def encode_logprobs(
             "logprobs.dtype", "float32 or float64 (float16.astype(np.float32) is exact)", "float16", raw=True
         )
     name = wire_dtype_name(array.dtype, field="logprobs", allowed=LOGPROB_DTYPES)
-    floor = check_floor(floor, array.dtype)
+    floor = _default_floor(array.dtype) if floor is None else check_floor(floor, array.dtype)
     if clamp:
         array, num_clamped = _clamp(array, fresh=fresh, floor=floor)
         if num_clamped:

@@ -32,7 +32,7 @@ import orjson
 from r3wire._arraylike import as_numpy
 from r3wire._base64 import b64encode_bytes, encoded_length
 from r3wire._envelope import build_envelope
-from r3wire._routecheck import ROUTES_NDIM, check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
+from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._validate import optional_max_elements
 from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
@@ -367,15 +367,8 @@ class _Writer:
         return build_envelope(wire, name, ARRAY_SCHEMA, data=self._placeholder(blob))
 
     def _routes(self, value: Any) -> dict[str, Any]:
+        # Shape, dtype and id checks (zero layers or slots included) are prepare_routes', on both paths below.
         value = as_numpy(value, field="routes")
-        if value.ndim == ROUTES_NDIM and (value.shape[1] < 1 or value.shape[2] < 1):
-            # Zero rows are a valid (empty) turn; zero layers or slots are refused by decoders (issue 11.1).
-            raise EncodeError.make(
-                "routes.shape",
-                "[rows, layers, top_k] with layers >= 1 and top_k >= 1",
-                str(list(value.shape)),
-                raw=True,
-            )
         if self.pack_bits or not self.splice:
             wire, name, extra, shape = routes_wire(value, num_experts=self.num_experts, pack_bits=self.pack_bits)
             if not self.splice or wire.nbytes < _SPLICE_MIN_BYTES:

@@ -110,6 +110,21 @@ def test_envelope_round_trip(source: np.ndarray[Any, Any], clamp: bool) -> None:
     assert back.tobytes() == expected.astype(back.dtype).tobytes()
 
 
+@given(float_arrays(), st.booleans())
+def test_encode_and_clamp_share_one_default_floor(source: np.ndarray[Any, Any], clamp: bool) -> None:
+    # Every float dtype: encode_logprobs writes what clamp_logprobs gives with its default floor, or refuses the
+    # dtype (float16 is not a wire dtype); a floor is never the reason.
+    if source.dtype.itemsize == 2:
+        with pytest.raises(EncodeError) as info:
+            encode_logprobs(source, clamp=clamp)
+        assert info.value.field == "logprobs.dtype"
+        return
+    if clamp or bool(np.isfinite(source).all()):
+        back = decode_logprobs(encode_logprobs(source, clamp=clamp))
+        expected = clamp_logprobs(source).values
+        assert back.tobytes() == expected.astype(back.dtype).tobytes()
+
+
 # --- the fuzzing promise ----------------------------------------------------------------------------------
 
 FIELD_VALUES = st.one_of(
