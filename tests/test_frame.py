@@ -319,6 +319,9 @@ def test_out_read_only_non_contiguous_or_not_a_buffer() -> None:
     assert "non-contiguous" in str(_out_error(_routes(), memoryview(bytearray(2 * size))[::2]))
     assert "got list" in str(_out_error(_routes(), [0] * size))
     assert "got str" in str(_out_error(_routes(), "x" * size))
+    closed = mmap.mmap(-1, size)
+    closed.close()
+    assert "got mmap (mmap closed or invalid)" in str(_out_error(_routes(), closed))
 
 
 def test_out_aliasing_routes_is_refused() -> None:
@@ -337,14 +340,19 @@ def test_out_aliasing_routes_is_refused() -> None:
     assert bytes(got) == encode_routes_frame(kept)
 
 
-def test_a_bad_id_into_out_leaves_no_valid_header() -> None:
+def test_a_bad_id_into_out_leaves_no_valid_header(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("r3wire.frame._CHUNK_IDS", 64)  # the bad id is found after chunks were written
     out = bytearray(4096)
+    earlier = encode_routes_frame(_routes(rows=50, seed=9), num_experts=384, out=out)  # a reused buffer
+    assert decode_routes_frame(earlier).shape == (50, 5, 4)
     routes = _routes(rows=50).astype(np.int64)
     routes[47, 3, 2] = 384
     with pytest.raises(EncodeError) as caught:
         encode_routes_frame(routes, num_experts=384, out=out)
     assert caught.value.field == "routes[47, 3, 2]"
-    assert out[:4] != b"R3WF"
+    assert out[FRAME_HEADER_SIZE : FRAME_HEADER_SIZE + 64] == encode_routes_frame(routes[:3], num_experts=384)[32:96]
+    with pytest.raises(DecodeError, match="magic"):  # the earlier frame's header is gone with it
+        decode_routes_frame(out)
 
 
 @pytest.mark.parametrize("pack_bits", [False, True])

@@ -179,8 +179,8 @@ def encode_routes_frame(
         pack_bits: store each id in exactly ``bits`` bits (9 for 384 experts, 7 for 128).
         out: a writable, C-contiguous buffer (``bytearray``, NumPy array, a memoryview of one, ``mmap``) of at
             least the frame's size, not overlapping ``routes``' memory. Bytes after the frame are left as they
-            were. If encoding fails, the bytes the frame would occupy are unspecified, but never a valid header:
-            the header is written last.
+            were. If an id fails a check midway, the bytes the frame would occupy are unspecified, but hold no
+            valid header (not even an earlier frame's): the header is cleared first and written last.
 
     Returns:
         The frame, ``32 + len(data)`` bytes: ``bytes`` without ``out``; with ``out``, a writable 1-d memoryview of
@@ -222,8 +222,8 @@ def _out_buffer(out: object) -> np.ndarray[Any, np.dtype[np.uint8]]:
     expected = "a writable C-contiguous buffer (bytearray, NumPy array, memoryview, mmap)"
     try:
         view = memoryview(out)  # type: ignore[arg-type]  # any object with a buffer; checked here
-    except TypeError:
-        raise EncodeError.make("out", expected, type(out).__name__, raw=True) from None
+    except (TypeError, ValueError, BufferError) as exc:  # ValueError: a closed mmap
+        raise EncodeError.make("out", expected, f"{type(out).__name__} ({exc})", raw=True) from None
     with view:
         if view.readonly:
             raise EncodeError.make("out", expected, f"a read-only {type(out).__name__}", raw=True)
@@ -236,8 +236,10 @@ def _out_buffer(out: object) -> np.ndarray[Any, np.dtype[np.uint8]]:
 
 
 def _write(plan: _Plan, frame: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
-    """Write the ids, then the header (so a failure leaves no valid header behind), into ``frame``."""
+    """Write the ids, then the header, into ``frame``: a reused ``out`` may hold an earlier frame, whose header must
+    not survive over ids half-written when one fails a check midway."""
     arr, ids, bits, limit = plan.arr, plan.ids, plan.bits, plan.limit
+    frame[:FRAME_HEADER_SIZE] = 0
     data = frame[FRAME_HEADER_SIZE:]
     if bits is not None:
         try:
