@@ -1,8 +1,12 @@
-"""encode_routes_frame / decode_routes_frame: header layout, zero-copy views, and the envelope's rules and errors."""
+"""encode_routes_frame / decode_routes_frame: header layout, bytes or out=, zero-copy views, and the envelope's rules
+and errors."""
 
 from __future__ import annotations
 
+import array
 import base64
+import mmap
+import pickle
 import struct
 from typing import Any
 
@@ -19,6 +23,7 @@ from r3wire import (
     decode_routes_frame,
     encode_routes,
     encode_routes_frame,
+    frame_size,
 )
 from r3wire.frame import FRAME_HEADER_SIZE
 from r3wire.synthetic import synthetic_routes
@@ -227,14 +232,148 @@ def test_bad_caller_arguments(num_experts: Any) -> None:
         decode_routes_frame(frame, max_elements=-1)
 
 
-def test_frame_is_a_read_only_bytes_like_view() -> None:
+def test_frame_is_bytes_by_default() -> None:
     frame = encode_routes_frame(_routes(), num_experts=384)
-    assert isinstance(frame, memoryview)
-    assert frame.readonly
-    assert (frame.format, frame.ndim, frame.contiguous) == ("B", 1, True)
-    assert frame[:4] == memoryview(b"R3WF")
-    assert bytes(frame) == frame
-    assert decode_routes_frame(bytes(frame)).tolist() == _routes().tolist()
+    assert type(frame) is bytes  # the 0.1.0 contract: picklable, hashable, concatenable
+    assert pickle.loads(pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)) == frame
+    assert hash(frame) == hash(bytes(frame))
+    assert (frame + b"!")[:-1] == frame
+    assert decode_routes_frame(frame).tolist() == _routes().tolist()
+
+
+def _out_buffers(size: int) -> list[Any]:
+    ints = np.zeros(size // 4 + 1, dtype=np.int32)  # not uint8: any writable C-contiguous buffer is bytes to out=
+    return [bytearray(size), np.zeros(size, np.uint8), memoryview(bytearray(size)), ints, array.array("b", bytes(size))]
+
+
+@pytest.mark.parametrize("num_experts", [None, 384])
+@pytest.mark.parametrize("pack_bits", [False, True])
+def test_out_gets_the_same_bytes(num_experts: int | None, pack_bits: bool) -> None:
+    routes = _routes(seed=2)
+    want = encode_routes_frame(routes, num_experts=num_experts, pack_bits=pack_bits)
+    size = frame_size(routes, num_experts=num_experts, pack_bits=pack_bits)
+    assert size == len(want)
+    for out in _out_buffers(size + 7):
+        before = bytes(memoryview(out).cast("B"))
+        got = encode_routes_frame(routes, num_experts=num_experts, pack_bits=pack_bits, out=out)
+        assert isinstance(got, memoryview)
+        assert (got.format, got.ndim, got.nbytes, got.readonly) == ("B", 1, size, False)
+        assert bytes(got) == want
+        written = bytes(memoryview(out).cast("B"))
+        assert written[:size] == want
+        assert written[size:] == before[size:]  # bytes after the frame are left alone
+        assert np.shares_memory(np.frombuffer(got, np.uint8), np.frombuffer(out, np.uint8))
+        assert np.array_equal(decode_routes_frame(got), routes)
+
+
+def test_out_is_reused_and_mmap_works() -> None:
+    buffer = np.full(4096, 0xAA, dtype=np.uint8)
+    for seed in range(3):
+        routes = _routes(rows=seed + 1, seed=seed)
+        assert bytes(encode_routes_frame(routes, out=buffer)) == encode_routes_frame(routes)
+    with mmap.mmap(-1, 4096) as mapped:
+        view = encode_routes_frame(_routes(), num_experts=384, pack_bits=True, out=mapped)
+        assert bytes(view) == encode_routes_frame(_routes(), num_experts=384, pack_bits=True)
+        view.release()  # an mmap with exported views cannot be closed
+
+
+def test_out_may_be_misaligned() -> None:
+    buffer = bytearray(2048)
+    routes = np.random.default_rng(0).integers(0, 2**20, size=(6, 5, 4))  # int32 on the wire
+    for pack_bits in (False, True):
+        got = encode_routes_frame(routes, num_experts=2**20, pack_bits=pack_bits, out=memoryview(buffer)[3:])
+        assert bytes(got) == encode_routes_frame(routes, num_experts=2**20, pack_bits=pack_bits)
+
+
+def test_empty_routes_into_out() -> None:
+    out = bytearray(FRAME_HEADER_SIZE)
+    got = encode_routes_frame(np.zeros((0, 48, 8), dtype=np.int32), out=out)
+    assert bytes(got) == encode_routes_frame(np.zeros((0, 48, 8), dtype=np.int32))
+
+
+def _out_error(routes: Any, out: Any, **kwargs: Any) -> EncodeError:
+    with pytest.raises(EncodeError) as caught:
+        encode_routes_frame(routes, out=out, **kwargs)
+    assert caught.value.field == "out"
+    assert str(caught.value).startswith("out must be ")
+    return caught.value
+
+
+@pytest.mark.parametrize("pack_bits", [False, True])
+def test_out_too_small_names_the_sizes(pack_bits: bool) -> None:
+    size = frame_size(_routes(), num_experts=384, pack_bits=pack_bits)
+    out = bytearray(b"\x55" * (size - 1))
+    error = _out_error(_routes(), out, num_experts=384, pack_bits=pack_bits)
+    assert str(error) == f"out must be a buffer of at least {size} bytes (the frame), got {size - 1} bytes"
+    assert out == b"\x55" * (size - 1)  # refused before anything is written
+
+
+def test_out_read_only_non_contiguous_or_not_a_buffer() -> None:
+    size = frame_size(_routes(), num_experts=384) + 64
+    readonly = np.zeros(size, np.uint8)
+    readonly.flags.writeable = False
+    assert "read-only" in str(_out_error(_routes(), bytes(size)))
+    assert "read-only" in str(_out_error(_routes(), memoryview(bytearray(size)).toreadonly()))
+    assert "read-only" in str(_out_error(_routes(), readonly))
+    assert "non-contiguous" in str(_out_error(_routes(), np.zeros(2 * size, np.uint8)[::2]))
+    assert "non-contiguous" in str(_out_error(_routes(), memoryview(bytearray(2 * size))[::2]))
+    assert "got list" in str(_out_error(_routes(), [0] * size))
+    assert "got str" in str(_out_error(_routes(), "x" * size))
+    closed = mmap.mmap(-1, size)
+    closed.close()
+    assert "got mmap (mmap closed or invalid)" in str(_out_error(_routes(), closed))
+
+
+def test_out_aliasing_routes_is_refused() -> None:
+    memory = np.zeros(4096, dtype=np.uint8)
+    routes = memory[:480].view(np.int32).reshape(6, 5, 4)
+    routes[...] = _routes(num_experts=100)
+    kept = routes.copy()
+    _out_error(routes, memory)  # routes at the start of out
+    _out_error(routes, memory[100:])  # out starts inside routes
+    _out_error(memory[1000:1480].view(np.int32).reshape(6, 5, 4), memory[900:])
+    strided = memory[::8][:120].reshape(6, 5, 4)  # interleaved with out's bytes: refused too
+    _out_error(strided, memory[1:1000])
+    assert np.array_equal(routes, kept)
+    # Disjoint parts of one arena are fine.
+    got = encode_routes_frame(routes, out=memory[480:])
+    assert bytes(got) == encode_routes_frame(kept)
+
+
+def test_a_bad_id_into_out_leaves_no_valid_header(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("r3wire.frame._CHUNK_IDS", 64)  # the bad id is found after chunks were written
+    out = bytearray(4096)
+    earlier = encode_routes_frame(_routes(rows=50, seed=9), num_experts=384, out=out)  # a reused buffer
+    assert decode_routes_frame(earlier).shape == (50, 5, 4)
+    routes = _routes(rows=50).astype(np.int64)
+    routes[47, 3, 2] = 384
+    with pytest.raises(EncodeError) as caught:
+        encode_routes_frame(routes, num_experts=384, out=out)
+    assert caught.value.field == "routes[47, 3, 2]"
+    assert out[FRAME_HEADER_SIZE : FRAME_HEADER_SIZE + 64] == encode_routes_frame(routes[:3], num_experts=384)[32:96]
+    with pytest.raises(DecodeError, match="magic"):  # the earlier frame's header is gone with it
+        decode_routes_frame(out)
+
+
+@pytest.mark.parametrize("pack_bits", [False, True])
+def test_frame_size_with_num_experts_reads_no_id(pack_bits: bool) -> None:
+    routes = _routes(rows=1000)
+    routes[500, 0, 0] = 999  # breaks num_experts: found by the encoder, not by frame_size
+    nbytes = (1000 * 5 * 4 * 9 + 7) // 8 if pack_bits else 1000 * 5 * 4 * 2
+    assert frame_size(routes, num_experts=384, pack_bits=pack_bits) == FRAME_HEADER_SIZE + nbytes
+    with pytest.raises(EncodeError):
+        encode_routes_frame(routes, num_experts=384, pack_bits=pack_bits)
+
+
+def test_frame_size_without_num_experts_follows_the_largest_id() -> None:
+    assert frame_size(np.zeros((2, 3, 4), np.int32)) == FRAME_HEADER_SIZE + 24
+    assert frame_size(np.full((2, 3, 4), 300, np.int32)) == FRAME_HEADER_SIZE + 48
+    assert frame_size(np.full((2, 3, 4), 300, np.int32), pack_bits=True) == FRAME_HEADER_SIZE + 27
+    with pytest.raises(EncodeError) as frame_error:
+        frame_size(np.array([[[0, -1]]]))
+    with pytest.raises(EncodeError) as envelope_error:
+        encode_routes(np.array([[[0, -1]]]))
+    assert str(frame_error.value) == str(envelope_error.value)
 
 
 @pytest.mark.parametrize("pack_bits", [False, True])

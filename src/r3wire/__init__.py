@@ -5,7 +5,8 @@ The public API, by concern:
 - routes: :func:`encode_routes`, :func:`decode_routes`, :func:`route_dtype`
 - trainer-side batching: :func:`pad_routes`, :func:`pad_sequences`, :func:`pack_routes`, :func:`unpack_routes`,
   :func:`validate_routes`, :class:`RouteTrace`
-- routes as raw bytes (msgpack, ZMQ, Ray, HTTP octet-stream): :func:`encode_routes_frame`, :func:`decode_routes_frame`
+- routes as raw bytes (msgpack, ZMQ, Ray, HTTP octet-stream): :func:`encode_routes_frame`, :func:`decode_routes_frame`,
+  :func:`frame_size`
 - any per-token side channel: :func:`encode_array`, :func:`decode_array`
 - sampled logprobs: :func:`clamp_logprobs` (:class:`ClampResult`), :func:`encode_logprobs`, :func:`decode_logprobs`,
   and the seed's JSON shape: :func:`build_logprobs_content`, :func:`read_logprobs_content`
@@ -28,7 +29,7 @@ from r3wire._version import __version__
 from r3wire.arrays import decode_array, encode_array
 from r3wire.batching import RouteTrace, pack_routes, pad_routes, pad_sequences, unpack_routes, validate_routes
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
-from r3wire.frame import decode_routes_frame, encode_routes_frame
+from r3wire.frame import decode_routes_frame, encode_routes_frame, frame_size
 from r3wire.logprobs import (
     LOGPROB_FLOOR,
     ClampResult,
@@ -78,6 +79,7 @@ __all__ = [
     "encode_logprobs",
     "encode_routes",
     "encode_routes_frame",
+    "frame_size",
     "iter_dumps",
     "loads",
     "pack_routes",

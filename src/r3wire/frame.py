@@ -24,8 +24,11 @@ error naming the same field. The spec with golden vectors is ``docs/bitpack-and-
 
 from __future__ import annotations
 
+import array
+import mmap
 import struct
-from typing import Any, Final, NoReturn
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn, TypeAlias, overload
 
 import numpy as np
 
@@ -50,7 +53,14 @@ from r3wire.schema import (
     dtype_for_max_id,
 )
 
-__all__ = ["FRAME_HEADER_SIZE", "FRAME_MAGIC", "FRAME_VERSION", "decode_routes_frame", "encode_routes_frame"]
+__all__ = [
+    "FRAME_HEADER_SIZE",
+    "FRAME_MAGIC",
+    "FRAME_VERSION",
+    "decode_routes_frame",
+    "encode_routes_frame",
+    "frame_size",
+]
 
 FRAME_MAGIC: Final = b"R3WF"
 FRAME_VERSION: Final = 1
@@ -68,33 +78,26 @@ _CHUNK_IDS: Final = 1 << 20
 assert _HEADER.size == FRAME_HEADER_SIZE
 
 
-def encode_routes_frame(routes: Any, *, num_experts: int | None = None, pack_bits: bool = False) -> memoryview:
-    """Encode routed-expert ids as a routes frame: the 32-byte header, then the ids' bytes.
+@dataclass(frozen=True)
+class _Plan:
+    """What the encoder writes for one ``routes``: decided from the header rules, and the ids only when needed."""
 
-    Takes the same arguments, applies the same checks and chooses the same dtype and bits as
-    :func:`r3wire.encode_routes`; the data is the bytes that envelope's base64 would carry.
+    arr: np.ndarray[Any, Any]
+    ids: np.ndarray[Any, Any]  # arr's memory as unsigned integers (flat when C-contiguous)
+    dtype: str
+    bits: int | None
+    num_experts: int | None  # as recorded: None = not declared
+    limit: int  # ids at or above this break a rule; 0 = already checked
+    nbytes: int  # of the data, without the header
+    arguments: tuple[int | None, bool]  # the caller's num_experts and pack_bits, to rebuild an error
 
-    The frame is written once, header and ids, into one NumPy-allocated buffer, and returned as a read-only
-    ``memoryview`` of it: bytes-like (``len``, slicing, ``==`` with ``bytes``, ``socket.send``, ZMQ,
-    msgpack ``bin``, :func:`decode_routes_frame`) without a copy into a ``bytes`` object, which costs a fresh
-    allocation's page faults on every call for large frames. Use ``bytes(frame)`` where an immutable ``bytes`` is
-    required (pickling, hashing, ``frame + b"..."``).
 
-    Args:
-        routes: integer ids ``[rows, layers, top_k]`` (NumPy array, torch tensor or nested lists).
-        num_experts: the model's expert count: fixes the dtype (and bits), bounds the ids, and is recorded.
-        pack_bits: store each id in exactly ``bits`` bits (9 for 384 experts, 7 for 128).
-
-    Returns:
-        The frame, ``32 + len(data)`` bytes, as a read-only 1-d memoryview of format ``"B"``.
-
-    Raises:
-        EncodeError: what :func:`r3wire.encode_routes` raises, or ``top_k`` beyond ``2**32 - 1``.
-    """
+def _plan(routes: Any, num_experts: int | None, pack_bits: bool) -> _Plan:
+    """Check everything but the ids; read the ids (one ``max()``) only when the dtype depends on the largest."""
     arr = as_numpy(routes, field="routes")
     # The argument, dtype and shape rules of encode_routes without reading an id (no rows are given to it).
     declared = prepare_routes(arr[:0] if arr.ndim == ROUTES_NDIM else arr, num_experts=num_experts, pack_bits=pack_bits)
-    rows, layers, top_k = arr.shape
+    top_k = arr.shape[2]
     if top_k > _MAX_TOP_K:  # only an empty array can be this wide; the frame's field is 32 bits
         raise EncodeError.make("routes.shape[2]", f"at most {_MAX_TOP_K} in a frame", top_k)
     ids = _unsigned(arr)
@@ -112,33 +115,153 @@ def encode_routes_frame(routes: Any, *, num_experts: int | None = None, pack_bit
         name = dtype_for_max_id(high)
         bits = bits_for_max_id(high) if pack_bits else None
         limit = 0  # checked
-    wire = WIRE_DTYPES[name]
-    nbytes = ids.size * wire.itemsize if bits is None else bitpack.packed_nbytes(ids.size, bits)
-    # NumPy asks the kernel for huge pages for large buffers: a fresh 42 MB np.empty costs ~545 page faults where
-    # a bytes or bytearray of that size costs ~10,000 (issue 14), each call.
-    frame = np.empty(FRAME_HEADER_SIZE + nbytes, dtype=np.uint8)
-    _HEADER.pack_into(
-        frame.data,
-        0,
-        FRAME_MAGIC,
-        FRAME_VERSION,
-        _DTYPE_CODES[name],
-        bits or 0,
-        0,
-        rows,
-        layers,
-        top_k,
-        declared.num_experts or 0,
-    )
+    nbytes = ids.size * WIRE_DTYPES[name].itemsize if bits is None else bitpack.packed_nbytes(ids.size, bits)
+    return _Plan(arr, ids, name, bits, declared.num_experts, limit, nbytes, (num_experts, pack_bits))
+
+
+def frame_size(routes: Any, *, num_experts: int | None = None, pack_bits: bool = False) -> int:
+    """The size in bytes of the frame :func:`encode_routes_frame` would return for these arguments.
+
+    For sizing a buffer to pass as ``out=``. With ``num_experts`` it reads no id: the size follows from the shape
+    and the expert count, in constant time. Without it the dtype (and bits) depend on the largest id, so it reads
+    every id once (one ``max()``, about a memcpy of the source), as the encoder itself must; then
+    ``encode_routes_frame`` reads them again. Pass ``num_experts`` when you know it.
+
+    Args:
+        routes: integer ids ``[rows, layers, top_k]`` (NumPy array, torch tensor or nested lists).
+        num_experts: the model's expert count, as given to :func:`encode_routes_frame`.
+        pack_bits: as given to :func:`encode_routes_frame`.
+
+    Returns:
+        ``32 + len(data)``: the header and the ids' bytes.
+
+    Raises:
+        EncodeError: the arguments, dtype or shape break a rule of :func:`r3wire.encode_routes`, or (without
+            ``num_experts``, the only case where ids are read) an id does. With ``num_experts`` the ids are
+            checked by the encoder, not here.
+    """
+    return FRAME_HEADER_SIZE + _plan(routes, num_experts, pack_bits).nbytes
+
+
+# Writable, C-contiguous buffers ``out=`` takes; at run time any object exporting such a buffer is accepted.
+_WritableBuffer: TypeAlias = "bytearray | memoryview | mmap.mmap | array.array[Any] | np.ndarray[Any, Any]"
+
+
+@overload
+def encode_routes_frame(
+    routes: Any, *, num_experts: int | None = None, pack_bits: bool = False, out: None = None
+) -> bytes: ...
+
+
+@overload
+def encode_routes_frame(
+    routes: Any, *, num_experts: int | None = None, pack_bits: bool = False, out: _WritableBuffer
+) -> memoryview: ...
+
+
+def encode_routes_frame(
+    routes: Any, *, num_experts: int | None = None, pack_bits: bool = False, out: _WritableBuffer | None = None
+) -> bytes | memoryview:
+    """Encode routed-expert ids as a routes frame: the 32-byte header, then the ids' bytes.
+
+    Takes the same arguments, applies the same checks and chooses the same dtype and bits as
+    :func:`r3wire.encode_routes`; the data is the bytes that envelope's base64 would carry.
+
+    By default the frame is returned as ``bytes`` (picklable, hashable, for any transport). For large frames the
+    fresh ``bytes`` object costs page faults on every call (~25 ms for a 42 MB Kimi K2 frame when the allocator
+    maps new pages); to avoid them, pass ``out=``, a buffer you own and reuse (size it with :func:`frame_size`):
+    the frame is written into its first bytes and a memoryview of exactly those bytes is returned, with no other
+    frame-sized allocation.
+
+    Args:
+        routes: integer ids ``[rows, layers, top_k]`` (NumPy array, torch tensor or nested lists).
+        num_experts: the model's expert count: fixes the dtype (and bits), bounds the ids, and is recorded.
+        pack_bits: store each id in exactly ``bits`` bits (9 for 384 experts, 7 for 128).
+        out: a writable, C-contiguous buffer (``bytearray``, NumPy array, a memoryview of one, ``mmap``) of at
+            least the frame's size, not overlapping ``routes``' memory. Bytes after the frame are left as they
+            were. If an id fails a check midway, the bytes the frame would occupy are unspecified, but hold no
+            valid header (not even an earlier frame's): the header is cleared first and written last.
+
+    Returns:
+        The frame, ``32 + len(data)`` bytes: ``bytes`` without ``out``; with ``out``, a writable 1-d memoryview of
+        format ``"B"`` over ``out``'s first bytes (it keeps ``out`` alive and sees later writes to it).
+
+    Raises:
+        EncodeError: what :func:`r3wire.encode_routes` raises, ``top_k`` beyond ``2**32 - 1``, or an ``out`` that
+            is not a writable C-contiguous buffer, is smaller than the frame, or overlaps ``routes``' memory
+            (field ``out``).
+    """
+    target = None if out is None else _out_buffer(out)
+    plan = _plan(routes, num_experts, pack_bits)
+    size = FRAME_HEADER_SIZE + plan.nbytes
+    if target is None:
+        # NumPy asks the kernel for huge pages for large buffers: a fresh 42 MB np.empty costs ~545 page faults
+        # where a bytes or bytearray of that size costs ~10,000 (issue 14); one copy into bytes at the end.
+        frame = np.empty(size, dtype=np.uint8)
+    else:
+        if target.size < size:
+            raise EncodeError.make(
+                "out", f"a buffer of at least {size} bytes (the frame)", f"{target.size} bytes", raw=True
+            )
+        # Bounds only (constant time): a strided routes interleaved with out is refused too, rather than
+        # deciding exactly, which can take time exponential in the dimensions.
+        if np.may_share_memory(plan.arr, target):
+            raise EncodeError.make(
+                "out", "a buffer not overlapping the memory of routes", "a buffer that does", raw=True
+            )
+        frame = target[:size]
+    _write(plan, frame)
+    if target is None:
+        return frame.tobytes()
+    view: memoryview = frame.data
+    return view
+
+
+def _out_buffer(out: object) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """``out``'s memory as a writable 1-d uint8 array, or the EncodeError naming ``out``."""
+    expected = "a writable C-contiguous buffer (bytearray, NumPy array, memoryview, mmap)"
+    try:
+        view = memoryview(out)  # type: ignore[arg-type]  # any object with a buffer; checked here
+    except (TypeError, ValueError, BufferError) as exc:  # ValueError: a closed mmap
+        raise EncodeError.make("out", expected, f"{type(out).__name__} ({exc})", raw=True) from None
+    with view:
+        if view.readonly:
+            raise EncodeError.make("out", expected, f"a read-only {type(out).__name__}", raw=True)
+        if not view.c_contiguous:
+            raise EncodeError.make("out", expected, f"a non-contiguous {type(out).__name__}", raw=True)
+    # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
+    source: Any = out
+    target: np.ndarray[Any, np.dtype[np.uint8]] = np.frombuffer(source, dtype=np.uint8)
+    return target
+
+
+def _write(plan: _Plan, frame: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
+    """Write the ids, then the header, into ``frame``: a reused ``out`` may hold an earlier frame, whose header must
+    not survive over ids half-written when one fails a check midway."""
+    arr, ids, bits, limit = plan.arr, plan.ids, plan.bits, plan.limit
+    frame[:FRAME_HEADER_SIZE] = 0
     data = frame[FRAME_HEADER_SIZE:]
     if bits is not None:
         try:
             bitpack.pack_bits(ids, bits, checked=not limit, below=limit or None, out=data)
         except EncodeError:
-            _raise_encode_error(arr, num_experts, pack_bits)
-    elif not _copy_checked(ids, data.view(wire), limit):
-        _raise_encode_error(arr, num_experts, pack_bits)
-    return frame.data.toreadonly()
+            _raise_encode_error(arr, *plan.arguments)
+    elif not _copy_checked(ids, data.view(WIRE_DTYPES[plan.dtype]), limit):
+        _raise_encode_error(arr, *plan.arguments)
+    rows, layers, top_k = arr.shape
+    _HEADER.pack_into(
+        frame.data,
+        0,
+        FRAME_MAGIC,
+        FRAME_VERSION,
+        _DTYPE_CODES[plan.dtype],
+        bits or 0,
+        0,
+        rows,
+        layers,
+        top_k,
+        plan.num_experts or 0,
+    )
 
 
 def _unsigned(arr: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:

@@ -140,10 +140,8 @@ def test_frame_encoder_agrees_with_encode_routes(case: tuple[np.ndarray[Any, Any
     if isinstance(envelope, tuple):
         assert frame == envelope  # the same field, expected and got
         return
-    assert isinstance(frame, memoryview)
-    assert frame.readonly
-    assert frame.format == "B"
-    assert bytes(frame[32:]) == base64.b64decode(envelope["data"])
+    assert type(frame) is bytes
+    assert frame[32:] == base64.b64decode(envelope["data"])
 
 
 def _outcome(encode: Any) -> Any:
