@@ -628,6 +628,37 @@ def test_cli_inspect_whole_response_json(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------------------- issue 13
 
 
+# issue 12.7: num_experts and bits shown, kept by convert, --pack-bits, --plot says where it wrote
+def test_cli_shows_and_keeps_num_experts_and_bits(tmp_path: Path) -> None:
+    routes = np.random.default_rng(0).integers(0, 384, size=(5, 3, 2))
+    path = tmp_path / "routes.json"
+    path.write_text(json.dumps(r3wire.encode_routes(routes, num_experts=384, pack_bits=True)))
+    shown = json.loads(_cli("inspect", "--json", str(path)).stdout)
+    assert (shown["num_experts"], shown["bits"]) == (384, 9)
+    converted = _cli("convert", str(path))
+    assert converted.returncode == 0, converted.stderr
+    envelope = json.loads(converted.stdout)
+    assert (envelope["num_experts"], envelope["bits"]) == (384, 9)
+    assert np.array_equal(decode_routes(envelope), routes)
+    unpacked = tmp_path / "unpacked.json"
+    unpacked.write_text(json.dumps(r3wire.encode_routes(routes, num_experts=384)))
+    packed = json.loads(_cli("convert", "--pack-bits", str(unpacked)).stdout)
+    assert packed["bits"] == 9
+    assert np.array_equal(decode_routes(packed), routes)
+
+
+# issue 12.7
+def test_cli_plot_says_where_it_wrote(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "routes.json"
+    path.write_text(json.dumps(r3wire.encode_routes(R)))
+    plot = tmp_path / "load.png"
+    out = _cli("inspect", "--plot", str(plot), str(path))
+    assert out.returncode == 0, out.stderr
+    assert plot.stat().st_size > 0
+    assert str(plot) in out.stderr
+
+
 def _rows(n: int, seed: int = 0) -> np.ndarray[Any, Any]:
     rng = np.random.default_rng(seed)
     return np.stack([rng.permutation(16)[:4].reshape(2, 2) for _ in range(n)]).astype(np.uint8)
