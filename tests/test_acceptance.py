@@ -520,6 +520,16 @@ def test_read_response_order_empty_and_malformed() -> None:
         fmt.read_response(bad)
 
 
+# issue 12.1: a bad argument is refused as the caller's (no JSONPath), whether or not the body has routes
+@pytest.mark.parametrize("kwargs", [{"num_layers": 0, "top_k": 2}, {"top_k": -1}, {"num_experts": 0}])
+@pytest.mark.parametrize("body", [{"id": 1}, {"choices": [{"routed_experts": "AAAAAA=="}]}], ids=["none", "sglang"])
+def test_read_response_checks_its_arguments_first(body: dict[str, Any], kwargs: dict[str, int]) -> None:
+    with pytest.raises(R3WireError) as info:
+        fmt.read_response(body, **kwargs)
+    assert not isinstance(info.value, DecodeError)
+    assert info.value.field in kwargs
+
+
 # issue 12.2
 def test_read_detects_by_the_value_under_routed_experts() -> None:
     skyrl = {"data": _b64(R.tobytes()), "shape": [3, 2, 2], "dtype": "uint8"}
