@@ -499,6 +499,11 @@ def read_response(
         ImportError: Fireworks routes without the ``zstd`` extra.
     """
     limit = optional_max_elements(max_elements)
+    # Arguments are checked once, here: a bad one is the caller's, not a field of the body (no path), and a body
+    # without routes does not let it pass unnoticed.
+    _positive(num_layers, "num_layers")
+    _positive(top_k, "top_k")
+    optional_num_experts(num_experts)
     if isinstance(body, (str, bytes, bytearray, memoryview)):
         body = load_json(body, what="a response body")
     results = []
