@@ -765,7 +765,7 @@ def test_common_prefix_and_fork_follow_the_longest_matching_prefix() -> None:
     trace.add(full, start=0, token_ids=tokens)
     assert trace.common_prefix(tokens) == 10
     assert trace.common_prefix(tokens[:6]) == 6
-    assert trace.common_prefix([*tokens[:6], -1, *tokens[7:]]) == 6
+    assert trace.common_prefix([*tokens[:6], int(tokens[6]) + 1, *tokens[7:]]) == 6
     assert trace.common_prefix([*tokens, 7, 8]) == 10
     # A branch that rewrote everything after token 6 (a compacted or edited history).
     branch_tokens = [*tokens[:6], *_tokens(5, seed=9)]
@@ -1110,3 +1110,18 @@ def test_unbounded_requests_hit_the_default_limit() -> None:
         pad_routes([_routes(1)], token_lengths=[default])
     with pytest.raises(R3WireError, match="max_elements"):
         pad_sequences([np.zeros(1, np.uint8)], max_len=default + 1)
+
+
+def test_negative_token_ids_are_refused() -> None:
+    # A -1 or -100 is a padding / ignore index, never an engine's token: comparing it as a token would hide a
+    # misaligned call.
+    trace = RouteTrace()
+    calls: list[Callable[[], object]] = [
+        lambda: trace.add(_routes(2), start=0, token_ids=[5, -100, 7]),
+        lambda: trace.common_prefix([5, -1]),
+    ]
+    for call in calls:
+        with pytest.raises(R3WireError) as info:
+            call()
+        assert info.value.field == "token_ids[1]"
+        assert "non-negative token id" in str(info.value)

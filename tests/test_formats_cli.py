@@ -81,6 +81,22 @@ def test_inspect_sglang_needs_the_shape(tmp_path: Path, capsys: pytest.CaptureFi
     assert orjson.loads(capsys.readouterr().out)["format"] == "sglang"
 
 
+@pytest.mark.parametrize(
+    "body", [{"id": 1}, {"choices": [{"routed_experts": None, "token_ids": [1, 2]}]}, [{"text": "no routes"}]]
+)
+def test_inspect_says_when_a_body_holds_no_routes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], body: Any
+) -> None:
+    path = tmp_path / "body.json"
+    path.write_bytes(orjson.dumps(body))
+    for args in (["inspect", str(path)], ["inspect", "--json", str(path)]):
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1
+        assert "no routes field" in err[0]
+        assert "return routed experts" in err[0]
+
+
 def test_inspect_raw_npy_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     text = write(ROUTES, "vllm-npy")
     path = _file(tmp_path, base64.b64decode(text), "routes.npy")

@@ -684,6 +684,11 @@ def _as_tokens(value: object, field: str) -> Array:
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > _INT64_MAX:
         position = int(np.argmax(arr > _INT64_MAX))
         raise _fail(f"{field}[{position}]", f"a token id <= {_INT64_MAX}", int(arr[position]))
+    if arr.dtype.kind == "i" and arr.size and int(arr.min()) < 0:
+        # Engines never return a negative token id; one here is a padding or ignore-index value (-1, -100) that
+        # would be compared as if it were a token.
+        position = int(np.argmax(arr < 0))
+        raise _fail(f"{field}[{position}]", "a non-negative token id", int(arr[position]))
     return arr.astype(np.int64, copy=False)
 
 

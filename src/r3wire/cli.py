@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from r3wire.errors import R3WireError
+from r3wire.errors import DecodeError, R3WireError
 
 __all__ = ["main"]
 
@@ -47,6 +47,14 @@ def _read_input(args: argparse.Namespace) -> tuple[list[Any], int, bool]:
         # A bare envelope is found at "$": it is one payload, not a response.
         if any(result.path != "$" for result in results):
             return results, len(raw), True
+        if not results and not _detectable(formats, payload, args):
+            # Nothing anywhere in the document is routes: say that, not why its top object is no payload.
+            raise DecodeError.make(
+                None,
+                "a response body or payload holding routes (was the engine asked to return routed experts?)",
+                "a JSON document with no routes field",
+                raw=True,
+            )
     result = formats.read(
         payload,
         args.format,
@@ -56,6 +64,14 @@ def _read_input(args: argparse.Namespace) -> tuple[list[Any], int, bool]:
         num_experts=args.num_experts,
     )
     return [result], len(raw), False
+
+
+def _detectable(formats: Any, payload: object, args: argparse.Namespace) -> bool:
+    try:
+        formats.detect(payload, num_layers=args.num_layers, top_k=args.top_k)
+    except R3WireError:
+        return False
+    return True
 
 
 def _is_json(payload: str | bytes) -> bool:
