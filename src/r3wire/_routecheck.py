@@ -235,10 +235,10 @@ def check_ids(
     """Check decoded ids: non-negative, below ``bound``; when ``canonical``, dtype and bits the smallest that fit.
 
     One pass on the success path: the ids are viewed as unsigned (a negative one is then at least
-    2**(width - 1)), so one ``max()`` checks both bounds and gives the largest id the canonical rules need; no
-    pass at all when the array's dtype cannot hold a bad id (uint8 ids and 256 experts or more, and no canonical
-    rule to check). Only when that pass finds a bad id are the rules applied one by one to name it. Without
-    ``bound`` ids must be below 2**31 (no wire dtype holds more; only an in-process caller's wider array can).
+    2**(width - 1)), so one ``max()`` checks both bounds and gives the largest id the canonical rules need. No
+    pass at all when no id can break a rule: unpacked uint8 ids without a bound, or with 256 experts or more.
+    Only when the pass finds a bad id are the rules applied one by one, to name it. Without ``bound`` ids must be
+    below 2**31 (no wire dtype holds more; only an in-process caller's wider array can).
 
     Raises:
         DecodeError: naming the first offending id as ``data[row, layer, slot]``, or ``dtype`` / ``bits``. When
