@@ -284,6 +284,19 @@ def test_loads_input_buffers() -> None:
     assert r3wire.loads(3.5) == 3.5  # a parsed document that is a number
 
 
+def test_loads_of_a_numpy_owned_buffer_finds_the_blobs_end_in_any_piece() -> None:
+    """A buffer no bytes object backs (a reused NumPy send buffer) is searched piece by piece (2**18 bytes)."""
+    ids = np.arange(3 * 2**17, dtype=np.int32).reshape(-1, 4, 3) % 384  # a blob of ~2 pieces of base64
+    text = r3wire.dumps({"a": {"routed_experts": ids}, "b": {"routed_experts": ids[:1000]}}, num_experts=384)
+    owned = np.array(np.frombuffer(text, np.uint8))
+    back = r3wire.loads(owned.data)
+    assert np.array_equal(back["a"]["routed_experts"], ids)
+    assert np.array_equal(back["b"]["routed_experts"], ids[:1000])
+    for cut in (2**18, 2**18 + 1, len(text) // 2):  # the view ends inside the first blob: no closing quote
+        with pytest.raises(DecodeError, match="valid JSON"):
+            r3wire.loads(owned[:cut].data)
+
+
 # --- threads ---
 
 

@@ -218,6 +218,12 @@ def check_bits(value: object, dtype: str, *, wire_experts: int | None) -> int:
     return width
 
 
+# Ids per piece of the failure path's search for the first bad id: the mask of a piece stays in cache, and a
+# hostile payload of 2**30 ids costs no body-sized mask (np.argwhere of a whole-array mask held 24 bytes per
+# bad id).
+_SEARCH_IDS: Final = 1 << 18
+
+
 def check_ids(
     routes: np.ndarray[Any, Any],
     dtype: str,
@@ -228,8 +234,16 @@ def check_ids(
 ) -> None:
     """Check decoded ids: non-negative, below ``bound``; when ``canonical``, dtype and bits the smallest that fit.
 
+    One pass on the success path: the ids are viewed as unsigned (a negative one is then at least
+    2**(width - 1)), so one ``max()`` checks both bounds and gives the largest id the canonical rules need. No
+    pass at all when no id can break a rule: unpacked uint8 ids without a bound, or with 256 experts or more.
+    Only when the pass finds a bad id are the rules applied one by one, to name it. Without ``bound`` ids must be
+    below 2**31 (no wire dtype holds more; only an in-process caller's wider array can).
+
     Raises:
-        DecodeError: naming the first offending id as ``data[row, layer, slot]``, or ``dtype`` / ``bits``.
+        DecodeError: naming the first offending id as ``data[row, layer, slot]``, or ``dtype`` / ``bits``. When
+            several rules fail, the first in the order of docs/wire-format.md §8 step 10 is named: a negative id,
+            then an id at or above ``bound``, then the dtype, then bits; each the first in C order.
     """
     if routes.size == 0:
         if canonical and dtype != "uint8":
@@ -237,31 +251,58 @@ def check_ids(
         if canonical and bits is not None and bits != 1:
             raise DecodeError.make(KEY_BITS, "1 (the canonical bits of an empty array)", bits)
         return
-    if dtype != "uint8" and bits is None:  # unpacked ids are always non-negative: they come from ``bits`` bits
-        low = int(routes.min())
-        if low < 0:
-            where = first_index(routes < 0)
-            raise DecodeError.make(f"data{where}", "a non-negative expert id", low)
-    if bound is None and (not canonical or (dtype == "uint8" and bits is None)):  # every uint8 array is canonical
+    # Viewed as unsigned, an id at or above this is negative or not below the bound.
+    limit = _limit(routes.dtype, MAX_NUM_EXPERTS if bound is None else bound)
+    # Every unpacked uint8 array is canonical (its dtype names the wire dtype, so one byte means uint8).
+    if not canonical or (dtype == "uint8" and bits is None and routes.dtype.itemsize == 1):
+        if limit >= 1 << (8 * routes.dtype.itemsize):  # unsigned ids, none of which can reach the bound
+            return
+        if int(_unsigned(routes).max()) >= limit:
+            raise _first_bad_id(routes, bound)
         return
-    high = int(routes.max())
-    if bound is not None and high >= bound:
-        where = first_index(routes >= bound)
-        raise DecodeError.make(f"data{where}", f"an expert id below num_experts={bound}", high)
-    if canonical:
-        smallest = dtype_for_max_id(high)
-        if smallest != dtype:
-            raise DecodeError.make(
-                KEY_DTYPE,
-                f"{smallest!r}, the smallest dtype holding the largest id {high} (non-canonical payload)",
-                dtype,
-            )
-        if bits is not None and bits != bits_for_max_id(high):
-            raise DecodeError.make(
-                KEY_BITS,
-                f"{bits_for_max_id(high)}, the fewest bits holding the largest id {high} (non-canonical payload)",
-                bits,
-            )
+    high = int(_unsigned(routes).max())
+    if high >= limit:
+        raise _first_bad_id(routes, bound)
+    # No id is negative: ``high`` is the largest id.
+    smallest = dtype_for_max_id(high)
+    if smallest != dtype:
+        raise DecodeError.make(
+            KEY_DTYPE,
+            f"{smallest!r}, the smallest dtype holding the largest id {high} (non-canonical payload)",
+            dtype,
+        )
+    if bits is not None and bits != bits_for_max_id(high):
+        raise DecodeError.make(
+            KEY_BITS,
+            f"{bits_for_max_id(high)}, the fewest bits holding the largest id {high} (non-canonical payload)",
+            bits,
+        )
+
+
+def _first_bad_id(routes: np.ndarray[Any, Any], bound: int | None) -> R3WireError:
+    """The error for ids the one-pass check refused: the first negative id in C order, else the first at or
+    above ``bound`` (2**31 without one). The caller knows there is one or the other."""
+    flat = _unsigned(routes.reshape(-1))  # C order; a copy only of an array that is not C-contiguous
+    at = _first_at_least(flat, 1 << (8 * flat.dtype.itemsize - 1)) if routes.dtype.kind == "i" else -1
+    expected = "a non-negative expert id"
+    if at < 0:  # no negative id: the unsigned view holds the ids themselves
+        at = _first_at_least(flat, MAX_NUM_EXPERTS if bound is None else bound)
+        expected = "an expert id below 2**31" if bound is None else f"an expert id below num_experts={bound}"
+    if at < 0:  # pragma: no cover - the one-pass check and this search disagree
+        raise AssertionError("check_ids refused ids that break no rule")
+    where = [int(i) for i in np.unravel_index(at, routes.shape)]
+    return DecodeError.make(f"data{where}", expected, int(routes[tuple(where)]))
+
+
+def _first_at_least(flat: np.ndarray[Any, Any], limit: int) -> int:
+    """The flat index of the first element of the unsigned 1-d ``flat`` that is at least ``limit``, or -1."""
+    if limit >= 1 << (8 * flat.dtype.itemsize):
+        return -1
+    for start in range(0, flat.size, _SEARCH_IDS):
+        piece = flat[start : start + _SEARCH_IDS]
+        if int(piece.max()) >= limit:
+            return start + int(np.argmax(piece >= limit))
+    return -1
 
 
 def wire_ids(plan: RoutesToWrite) -> np.ndarray[Any, Any]:

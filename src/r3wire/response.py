@@ -966,8 +966,11 @@ def _finder(raw: bytes | bytearray | memoryview) -> Callable[[bytes, int], int]:
 
         return find_in_base
     patterns: dict[bytes, re.Pattern[bytes]] = {}
+    flat = np.frombuffer(raw, np.uint8)
 
     def find(sub: bytes, start: int) -> int:
+        if len(sub) == 1:  # a blob's closing quote: re.search took 12 ms to cross K2's 42 MB blob, NumPy 3.6 ms
+            return _find_byte(flat, sub[0], start)
         pattern = patterns.get(sub)
         if pattern is None:
             pattern = patterns[sub] = re.compile(re.escape(sub))
@@ -975,6 +978,24 @@ def _finder(raw: bytes | bytearray | memoryview) -> Callable[[bytes, int], int]:
         return -1 if match is None else match.start()
 
     return find
+
+
+# Bytes per piece of _find_byte: its mask stays in cache.
+_FIND_PIECE: Final = 1 << 18
+
+
+def _find_byte(flat: np.ndarray[Any, Any], byte: int, start: int) -> int:
+    """The index of the first ``byte`` in ``flat[start:]``, or -1: one compare per piece, stopping at the first
+    piece holding it."""
+    mask = np.empty(min(_FIND_PIECE, max(flat.size - start, 0)), dtype=np.bool_)
+    for low in range(start, flat.size, _FIND_PIECE):
+        piece = flat[low : low + _FIND_PIECE]
+        found = mask[: piece.size]
+        np.equal(piece, byte, out=found)
+        at = int(found.argmax())
+        if found[at]:
+            return low + at
+    return -1
 
 
 def _cut_blobs(
