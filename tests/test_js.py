@@ -19,7 +19,14 @@ RUNNER = ROOT / "tests" / "js" / "run_vectors.mjs"
 VECTORS = ROOT / "tests" / "vectors"
 # Vector files of these kinds (top-level schema/version) are r3wire's own wire format; run_vectors.mjs must run
 # every case in them. Of the other engines' formats (top-level "format") it implements SkyRL's, the seed envelope.
-KINDS = {"r3wire.routes/1", "r3wire.array/1", "r3wire.logprobs/1", "r3wire.routes-frame/1", "format:skyrl"}
+KINDS = {
+    "r3wire.routes/1",
+    "r3wire.array/1",
+    "r3wire.logprobs/1",
+    "r3wire.routes-frame/1",
+    "r3wire.hostile/1",
+    "format:skyrl",
+}
 NODE_MIN_MAJOR = 18
 
 

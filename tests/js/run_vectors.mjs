@@ -20,23 +20,34 @@ const VECTORS = join(dirname(fileURLToPath(import.meta.url)), "..", "vectors");
 
 // Keys a case may hold that do not change how it is decoded.
 const DESCRIPTIVE = new Set(["name", "note", "field", "values", "bytes_hex", "legacy", "shape", "dtype", "pack_bits"]);
+// Keys that select the decoder of a case (hostile-v1.json names one per case).
+const SELECTORS = new Set(["decoder"]);
 // In other engines' format files: how r3wire writes the case, which a decoder does not need.
 const WRITER_KEYS = new Set(["write_args", "exact_write"]);
 // Keys passed to the decoder, by their name in the vectors.
 const OPTIONS = { num_experts: "numExperts", max_elements: "maxElements" };
 
 const num = (x) => (x instanceof JsonNumber ? x.toNumber() : x);
+// Caller options keep their exact value: an integer token becomes a BigInt (2**60 - 1 is not a safe Number).
+const option = (x) => (x instanceof JsonNumber && x.isInteger() ? x.toBigInt() : num(x));
 const flat = (values) => (Array.isArray(values) ? values.flatMap(flat) : [num(values)]);
 const hex = (bytes) => Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 const fromHex = (text) => Uint8Array.from(text.match(/../g) ?? [], (h) => parseInt(h, 16));
 const sameShape = (shape, expected) =>
-  shape.length === expected.length && shape.every((d, i) => d === BigInt(num(expected[i])));
+  shape.length === expected.length && shape.every((d, i) => d === BigInt(option(expected[i])));
 const sameValues = (values, expected) =>
   values.length === expected.length && values.every((v, i) => Object.is(Number(v), expected[i]));
 
 function check(condition, message) {
   if (!condition) throw new Error(message);
 }
+
+const HOSTILE_DECODERS = {
+  routes: decodeRoutes,
+  array: decodeArray,
+  logprobs: decodeLogprobs,
+  frame: decodeRoutesFrame,
+};
 
 // The kinds of vector file this decoder implements, by (schema, version). Each: the input of a case and how
 // to decode it; then what a valid case must satisfy.
@@ -81,6 +92,21 @@ const KINDS = {
       check(sameValues(result.values, flat(c.values)), `values ${result.values.slice(0, 16)}`);
     },
   },
+  // Hostile headers for every decoder (tests/vectors/README.md): each case names its decoder, and its input is an
+  // envelope, JSON text (for what an object cannot say, such as a member named twice) or a frame in hex.
+  "r3wire.hostile/1": {
+    input: ["envelope", "text", "frame_hex"],
+    decode(payload, options, c) {
+      const decoder = HOSTILE_DECODERS[c.decoder];
+      check(decoder !== undefined, `unknown decoder ${JSON.stringify(c.decoder)}`);
+      return decoder(c.frame_hex !== undefined ? fromHex(payload) : payload, options);
+    },
+    valid(result, c) {
+      check(sameShape(result.shape, c.shape), `shape ${result.shape}`);
+      if (c.dtype !== undefined) check(result.dtype === c.dtype, `dtype ${result.dtype}, expected ${c.dtype}`);
+      if (c.values !== undefined) check(sameValues(result.values, flat(c.values)), `values ${result.values}`);
+    },
+  },
   "r3wire.routes-frame/1": {
     input: ["frame_hex"],
     decode: (payload, options) => decodeRoutesFrame(fromHex(payload), options),
@@ -96,7 +122,7 @@ const KINDS = {
 function runCase(kind, c, verdict) {
   const inputs = kind.input.filter((k) => c[k] !== undefined);
   const unknown = Object.keys(c).filter(
-    (k) => !DESCRIPTIVE.has(k) && !WRITER_KEYS.has(k) && !kind.input.includes(k) && !(k in OPTIONS) && k !== "read_args",
+    (k) => !DESCRIPTIVE.has(k) && !WRITER_KEYS.has(k) && !SELECTORS.has(k) && !kind.input.includes(k) && !(k in OPTIONS) && k !== "read_args",
   );
   if (unknown.length > 0) return `skipped: unknown case keys ${unknown.join(", ")}`;
   const readArgs = Object.keys(c.read_args ?? {});
@@ -105,11 +131,11 @@ function runCase(kind, c, verdict) {
   const payload = c[inputs[0]];
   const options = {};
   for (const [key, name] of Object.entries(OPTIONS)) {
-    if (c[key] !== undefined && c[key] !== null) options[name] = num(c[key]);
+    if (c[key] !== undefined && c[key] !== null) options[name] = option(c[key]);
   }
   let result;
   try {
-    result = kind.decode(payload, options);
+    result = kind.decode(payload, options, c);
   } catch (error) {
     if (!(error instanceof DecodeError)) throw new Error(`foreign exception ${error.stack}`);
     check(verdict === "reject", `rejected: ${error.message}`);
