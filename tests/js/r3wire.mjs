@@ -52,7 +52,7 @@ const LOGPROB_DTYPES = ["float32", "float64"];
 const ROUTE_MAX = { uint8: 255, int16: 32767, int32: 2147483647 };
 const ROUTE_BITS = { uint8: [1, 8], int16: [9, 15], int32: [16, 31] };
 
-function show(value) {
+export function show(value) {
   let text;
   if (value instanceof JsonNumber) text = value.text;
   else if (typeof value === "bigint") text = value.toString();
@@ -78,23 +78,23 @@ export class DecodeError extends Error {
   }
 }
 
-function reject(field, expected, value) {
+export function reject(field, expected, value) {
   throw new DecodeError(field, expected, show(value));
 }
 
 /** The exact integer a wire integer denotes, or null: a JSON integer token, a BigInt, or a safe-integer Number. */
-function integerOf(value) {
+export function integerOf(value) {
   if (value instanceof JsonNumber) return value.isInteger() ? value.toBigInt() : null;
   if (typeof value === "bigint") return value;
   if (typeof value === "number" && Number.isSafeInteger(value)) return BigInt(value);
   return null; // booleans, strings, null, fractions and exponents are not integers
 }
 
-function isPlainObject(value) {
+export function isPlainObject(value) {
   return value !== null && typeof value === "object" && !Array.isArray(value) && !(value instanceof JsonNumber);
 }
 
-function parseInput(input) {
+export function parseInput(input) {
   if (typeof input !== "string") return input;
   try {
     return parseJson(input);
@@ -125,7 +125,7 @@ function canonicalDtype(maxId) {
 }
 
 /** `data[i, j, k]` for flat index `index` of an array of this shape (C order). */
-function position(index, shape) {
+export function position(index, shape, name = "data") {
   const dims = shape.map(Number);
   const idx = new Array(dims.length).fill(0);
   let rest = index;
@@ -133,7 +133,7 @@ function position(index, shape) {
     idx[axis] = rest % dims[axis];
     rest = Math.floor(rest / dims[axis]);
   }
-  return `data[${idx.join(", ")}]`;
+  return `${name}[${idx.join(", ")}]`;
 }
 
 // §5: the standard alphabet, strict.
@@ -142,10 +142,10 @@ const SEXTET = new Int16Array(128).fill(-1);
 for (let i = 0; i < ALPHABET.length; i++) SEXTET[ALPHABET.charCodeAt(i)] = i;
 
 /** Decode canonical base64 of exactly nbytes bytes (the length was checked before). */
-function decodeBase64(text, nbytes) {
+export function decodeBase64(text, nbytes, field = "data") {
   const out = new Uint8Array(nbytes);
   const padding = text.endsWith("==") ? 2 : text.endsWith("=") ? 1 : 0;
-  if (padding !== (3 - (nbytes % 3)) % 3) reject("data", `base64 padded to ${nbytes} bytes`, text.slice(-4));
+  if (padding !== (3 - (nbytes % 3)) % 3) reject(field, `base64 padded to ${nbytes} bytes`, text.slice(-4));
   const body = text.length - padding;
   let acc = 0;
   let bits = 0;
@@ -153,7 +153,7 @@ function decodeBase64(text, nbytes) {
   for (let i = 0; i < body; i++) {
     const c = text.charCodeAt(i);
     const v = c < 128 ? SEXTET[c] : -1;
-    if (v < 0) reject("data", "standard base64 (A-Z a-z 0-9 + / and = padding)", `${show(text[i])} at ${i}`);
+    if (v < 0) reject(field, "standard base64 (A-Z a-z 0-9 + / and = padding)", `${show(text[i])} at ${i}`);
     acc = (acc << 6) | v;
     bits += 6;
     if (bits >= 8) {
@@ -162,7 +162,7 @@ function decodeBase64(text, nbytes) {
     }
     acc &= (1 << bits) - 1;
   }
-  if (acc !== 0) reject("data", "base64 with zero pad bits", text.slice(-4));
+  if (acc !== 0) reject(field, "base64 with zero pad bits", text.slice(-4));
   return out;
 }
 
@@ -188,7 +188,7 @@ function checkSchema(envelope, schema) {
 }
 
 /** Check 5 (§8): shape entries are integers in `minimums[i]` (else 0) .. 2**63-1, then the extent is bounded. */
-function checkShape(shape, { ndim = null, maxNdim = MAX_NDIM, minimums = [] } = {}) {
+export function checkShape(shape, { ndim = null, maxNdim = MAX_NDIM, minimums = [] } = {}) {
   if (!Array.isArray(shape)) reject("shape", "an array of integers", shape);
   if (ndim !== null && shape.length !== ndim) reject("shape", `${ndim} dimensions`, shape);
   if (shape.length > maxNdim) reject("shape", `at most ${maxNdim} dimensions`, shape.length);
@@ -214,26 +214,26 @@ function checkExtent(shape) {
   if (extent > MAX_EXTENT) reject("shape", "dimensions whose non-zero product is at most 2**60 - 1", extent);
 }
 
-function elementCount(shape) {
+export function elementCount(shape) {
   return shape.reduce((a, b) => a * b, 1n);
 }
 
 /** Check 8: the application's element limit (DEFAULT_MAX_ELEMENTS when it states none), on the extent. */
-function checkLimit(shape, maxElements) {
+export function checkLimit(shape, maxElements) {
   const limit = maxElements === null || maxElements === undefined ? DEFAULT_MAX_ELEMENTS : BigInt(maxElements);
   const extent = extentOf(shape);
   if (extent > limit) reject("shape", `at most ${limit} elements`, extent);
 }
 
 /** Check 7: data is a string of the base64 length of exactly nbytes bytes (nothing decoded yet). */
-function checkDataLength(data, nbytes) {
+export function checkDataLength(data, nbytes) {
   if (typeof data !== "string") reject("data", "a base64 string", data);
   const chars = 4n * ((nbytes + 2n) / 3n);
   if (BigInt(data.length) !== chars) reject("data", `${chars} base64 characters`, data.length);
 }
 
 /** Little-endian elements of `dtype` as Numbers (BigInts for 64-bit integers). */
-function readValues(bytes, dtype) {
+export function readValues(bytes, dtype) {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const size = DTYPE_SIZES[dtype];
   const count = bytes.length / size;

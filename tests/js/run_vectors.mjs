@@ -14,18 +14,38 @@ import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { JsonNumber, parseJson } from "./json.mjs";
+import { readJsonLists, readNemoRl, readPrimeRl, readPrimeRlB85, readSglang, readVllmNpy } from "./formats.mjs";
 import { DecodeError, decodeArray, decodeLogprobs, decodeRoutes, decodeRoutesFrame } from "./r3wire.mjs";
 
 const VECTORS = join(dirname(fileURLToPath(import.meta.url)), "..", "vectors");
 
 // Keys a case may hold that do not change how it is decoded.
-const DESCRIPTIVE = new Set(["name", "note", "field", "values", "bytes_hex", "legacy", "shape", "dtype", "pack_bits"]);
+const DESCRIPTIVE = new Set([
+  "name",
+  "note",
+  "field",
+  "values",
+  "bytes_hex",
+  "legacy",
+  "shape",
+  "dtype",
+  "pack_bits",
+  "start",
+  "detected_as",
+]);
 // Keys that select the decoder of a case (hostile-v1.json names one per case).
 const SELECTORS = new Set(["decoder"]);
 // In other engines' format files: how r3wire writes the case, which a decoder does not need.
 const WRITER_KEYS = new Set(["write_args", "exact_write"]);
-// Keys passed to the decoder, by their name in the vectors.
+// Keys passed to the decoder, by their name in the vectors (in a case, or in its read_args).
 const OPTIONS = { num_experts: "numExperts", max_elements: "maxElements" };
+const READ_ARGS = { ...OPTIONS, num_layers: "numLayers", top_k: "topK", dtype: "dtype" };
+// Other engines' formats that need what a dependency-free decoder cannot have (zstd), or a whole-response walk.
+const NOT_HERE = {
+  "format:fireworks-r3v1": "Fireworks r3/v1 is zstd-compressed, and Node has no zstd without an npm package",
+  "format:fireworks-trace": "Fireworks trace payloads are zstd-compressed r3/v1, and Node has no zstd without an npm package",
+  "format:fireworks-matrices": "Fireworks per-token matrices are not implemented (only their zstd container is specified as a whole)",
+};
 
 const num = (x) => (x instanceof JsonNumber ? x.toNumber() : x);
 // Caller options keep their exact value: an integer token becomes a BigInt (2**60 - 1 is not a safe Number).
@@ -48,6 +68,21 @@ const HOSTILE_DECODERS = {
   logprobs: decodeLogprobs,
   frame: decodeRoutesFrame,
 };
+
+/** Another engine's format (docs/formats.md): its reader, and what a valid case must give. */
+function formatKind(read) {
+  return {
+    input: ["payload"],
+    readArgs: true,
+    decode: (payload, options) => read(payload, options),
+    valid(result, c) {
+      check(result.dtype === c.dtype, `dtype ${result.dtype}, expected ${c.dtype}`);
+      check(sameShape(result.shape, c.shape), `shape ${result.shape}`);
+      check(sameValues(result.values, flat(c.values)), `values ${result.values.slice(0, 16)}`);
+      if (c.start !== undefined) check(result.start === BigInt(option(c.start)), `start ${result.start}`);
+    },
+  };
+}
 
 // The kinds of vector file this decoder implements, by (schema, version). Each: the input of a case and how
 // to decode it; then what a valid case must satisfy.
@@ -107,6 +142,12 @@ const KINDS = {
       if (c.values !== undefined) check(sameValues(result.values, flat(c.values)), `values ${result.values}`);
     },
   },
+  "format:prime-rl": formatKind(readPrimeRl),
+  "format:prime-rl-b85": formatKind(readPrimeRlB85),
+  "format:nemo-rl": formatKind(readNemoRl),
+  "format:sglang": formatKind(readSglang),
+  "format:vllm-npy": formatKind(readVllmNpy),
+  "format:json-lists": formatKind(readJsonLists),
   "r3wire.routes-frame/1": {
     input: ["frame_hex"],
     decode: (payload, options) => decodeRoutesFrame(fromHex(payload), options),
@@ -126,12 +167,17 @@ function runCase(kind, c, verdict) {
   );
   if (unknown.length > 0) return `skipped: unknown case keys ${unknown.join(", ")}`;
   const readArgs = Object.keys(c.read_args ?? {});
-  if (readArgs.length > 0) return `skipped: reader arguments ${readArgs.join(", ")} are not implemented`;
+  const unread = readArgs.filter((k) => !kind.readArgs || !(k in READ_ARGS));
+  if (unread.length > 0) return `skipped: reader arguments ${unread.join(", ")} are not implemented`;
   check(inputs.length === 1, `expected exactly one of ${kind.input.join(", ")}, got ${inputs.join(", ")}`);
   const payload = c[inputs[0]];
   const options = {};
   for (const [key, name] of Object.entries(OPTIONS)) {
     if (c[key] !== undefined && c[key] !== null) options[name] = option(c[key]);
+  }
+  for (const [key, name] of Object.entries(READ_ARGS)) {
+    const value = (c.read_args ?? {})[key];
+    if (value !== undefined && value !== null) options[name] = option(value);
   }
   let result;
   try {
@@ -160,30 +206,51 @@ function main(argv) {
   let passed = 0;
   let failed = 0;
   let skipped = 0;
+  const docs = [];
   for (const file of files) {
-    const name = basename(file);
-    let doc;
     try {
-      doc = parseJson(readFileSync(file, "utf8"));
+      docs.push([basename(file), parseJson(readFileSync(file, "utf8"))]);
     } catch (error) {
-      console.log(`FAIL ${name}: not readable as JSON: ${error.message}`);
+      console.log(`FAIL ${basename(file)}: not readable as JSON: ${error.message}`);
       failed++;
-      continue;
     }
+  }
+  // A newer file may supersede cases of an older one ({"supersedes": {file: {verdict: [names]}}}): those are
+  // no longer expected of a decoder, and are counted as skipped.
+  const superseded = new Map();
+  for (const [name, doc] of docs) {
+    for (const [file, verdicts] of Object.entries(doc.supersedes ?? {})) {
+      for (const [verdict, names] of Object.entries(verdicts)) {
+        for (const caseName of names) superseded.set(`${file} ${verdict} ${caseName}`, name);
+      }
+    }
+  }
+  for (const [name, doc] of docs) {
     const id =
       doc.format !== undefined
         ? `format:${doc.format}`
-        : `${doc.schema}/${doc.version instanceof JsonNumber ? doc.version.text : doc.version}`;
+        : doc.schema === undefined && Array.isArray(doc.cases)
+          ? "responses"
+          : `${doc.schema}/${doc.version instanceof JsonNumber ? doc.version.text : doc.version}`;
     const kind = KINDS[id];
     if (kind === undefined) {
-      const what = doc.format !== undefined ? `another engine's format (${doc.format})` : `kind ${id}`;
-      console.log(`skip ${name}: ${what} is not implemented by the JavaScript decoder`);
+      const why =
+        NOT_HERE[id] ??
+        (id === "responses"
+          ? "whole engine responses (read_response) are not implemented by the JavaScript decoder"
+          : `${doc.format !== undefined ? `another engine's format (${doc.format})` : `kind ${id}`} is not implemented by the JavaScript decoder`);
+      console.log(`skip ${name}: ${why}`);
       continue;
     }
     let fileCases = 0;
     for (const verdict of ["valid", "reject"]) {
       for (const c of doc[verdict] ?? []) {
         const label = `${name} ${verdict} ${c.name}`;
+        if (superseded.has(label)) {
+          console.log(`skip ${label}: superseded by ${superseded.get(label)}`);
+          skipped++;
+          continue;
+        }
         try {
           const outcome = runCase(kind, c, verdict);
           if (outcome === "passed") {
