@@ -20,7 +20,7 @@ RUNNER = ROOT / "tests" / "js" / "run_vectors.mjs"
 VECTORS = ROOT / "tests" / "vectors"
 # Vector files of these kinds (top-level schema/version: r3wire's own wire format; top-level "format": another
 # engine's) are run by run_vectors.mjs, every case (a case superseded by a newer file is counted as skipped).
-# Not here: Fireworks' zstd formats (no zstd in Node without a package) and whole responses (read_response).
+# Not here: Fireworks' zstd formats (r3v1, trace) (no zstd in Node without a package) and whole responses (read_response).
 KINDS = {
     "r3wire.routes/1",
     "r3wire.array/1",
@@ -34,6 +34,7 @@ KINDS = {
     "format:sglang",
     "format:vllm-npy",
     "format:json-lists",
+    "format:fireworks-matrices",
 }
 NODE_MIN_MAJOR = 18
 

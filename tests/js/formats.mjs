@@ -1,7 +1,8 @@
 // Readers for other engines' routed-experts formats, written from docs/formats.md alone (not from r3wire's
 // Python source): prime-rl's {data, shape, start, dtype} and its older base85 {data, shape}, NeMo-RL's
-// `nrlre1:` strings, SGLang's bare base64 (the caller gives layers and top_k), vLLM's base64 `.npy` files and
-// nested JSON lists. Fireworks' formats need zstd, which Node has no dependency-free decoder for: not here.
+// `nrlre1:` strings, SGLang's bare base64 (the caller gives layers and top_k), vLLM's base64 `.npy` files,
+// nested JSON lists and Fireworks' per-token matrices. Fireworks' r3/v1 payloads (and the trace object holding
+// one) are zstd-compressed, which Node has no dependency-free decoder for: not here.
 //
 // Every reader takes the payload (a value from parseJson, or JSON text where the format is an object or a
 // list) and options {numLayers, topK, dtype, numExperts, maxElements}; it returns {dtype, shape: BigInt[],
@@ -226,6 +227,41 @@ export function readJsonLists(input, options = {}) {
   const values = int32 ? ids.map(Number) : ids;
   checkIds(values, shape, "routes", { ...options, sentinel: "row" });
   return { dtype: int32 ? "int32" : "int64", shape, values, start: null };
+}
+
+/**
+ * Fireworks per-token matrices (rLLM / tinker `routing_matrices`): per token, null (not replayed) or the standard
+ * base64 of its little-endian [layers, top_k] uint8 or uint16 matrix. Null rows are zero and false in `mask`.
+ */
+export function readFireworksMatrices(input, options = {}) {
+  const { numLayers = null, topK = null } = options;
+  if (numLayers === null || topK === null) throw new Error("Fireworks matrices need numLayers and topK");
+  const payload = parseInput(input);
+  if (!Array.isArray(payload)) reject(null, "a list of base64 matrices or null", payload);
+  const perMatrix = BigInt(numLayers) * BigInt(topK);
+  const shape = [BigInt(payload.length), BigInt(numLayers), BigInt(topK)];
+  checkLimit(shape, options.maxElements);
+  let dtype = null;
+  const matrices = payload.map((entry, i) => {
+    if (entry === null) return null;
+    if (typeof entry !== "string") reject(`[${i}]`, "a base64 string or null", entry);
+    const bytes = decodeBase64Any(entry, `[${i}]`);
+    const width = { [String(perMatrix)]: "uint8", [String(2n * perMatrix)]: "uint16" }[String(bytes.length)];
+    if (width === undefined) reject(`[${i}]`, `${perMatrix} (uint8) or ${2n * perMatrix} (uint16) bytes`, bytes.length);
+    if (dtype !== null && width !== dtype) reject(`[${i}]`, `a ${dtype} matrix like the tokens before it`, width);
+    dtype = width;
+    return bytes;
+  });
+  // Without any matrix there is no width to read: uint8, the narrower one.
+  dtype ??= "uint8";
+  const values = [];
+  for (const bytes of matrices) {
+    if (bytes === null) values.push(...new Array(Number(perMatrix)).fill(0));
+    else values.push(...readValues(bytes, dtype));
+  }
+  checkIds(values, shape, "routes", options);
+  const mask = matrices.some((m) => m === null) ? matrices.map((m) => m !== null) : null;
+  return { dtype, shape, values, start: null, mask };
 }
 
 // ---- vLLM: base64 of a complete .npy file (NEP 1), parsed without any code execution.

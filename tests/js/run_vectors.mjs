@@ -1,20 +1,30 @@
-// Run the JavaScript reference decoder (r3wire.mjs) over r3wire's golden vectors in tests/vectors/.
+// Run the JavaScript reference decoder (r3wire.mjs, formats.mjs) over r3wire's golden vectors in tests/vectors/.
 //
 //   node tests/js/run_vectors.mjs [vector files...]     (default: every tests/vectors/*.json)
 //
 // A file is recognised by its top-level `schema` and `version` (r3wire.routes, r3wire.array, r3wire.logprobs,
-// r3wire.routes-frame, version 1), so new vector files of r3wire's own formats are picked up without a change
-// here; of the other engines' formats (top-level `format`) only SkyRL's, the seed envelope, is implemented.
-// Other files (other formats, unknown kinds or versions) are skipped with a note. Every `valid`
-// case must decode to its values; every `reject` case must be rejected naming its `field`. A case carrying an
-// input key this runner does not know is counted as skipped, not guessed at. Exit status 1 on any failure.
+// r3wire.routes-frame, r3wire.hostile, version 1), so new vector files of r3wire's own formats are picked up
+// without a change here, or by its top-level `format` (another engine's: skyrl, prime-rl, prime-rl-b85, nemo-rl,
+// sglang, vllm-npy, json-lists, fireworks-matrices). Fireworks' zstd formats (no zstd in Node without a package),
+// whole responses and unknown kinds or versions are skipped with a note. Every `valid` case must decode to its
+// values; every `reject` case must be rejected naming its `field`. A case carrying an input key or reader
+// argument this runner does not know, or superseded by a newer file (`supersedes`), is counted as skipped, not
+// guessed at. Prints `N passed, M failed, K skipped`; exit status 1 on any failure.
 
 import { readdirSync, readFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 import { JsonNumber, parseJson } from "./json.mjs";
-import { readJsonLists, readNemoRl, readPrimeRl, readPrimeRlB85, readSglang, readVllmNpy } from "./formats.mjs";
+import {
+  readFireworksMatrices,
+  readJsonLists,
+  readNemoRl,
+  readPrimeRl,
+  readPrimeRlB85,
+  readSglang,
+  readVllmNpy,
+} from "./formats.mjs";
 import { DecodeError, decodeArray, decodeLogprobs, decodeRoutes, decodeRoutesFrame } from "./r3wire.mjs";
 
 const VECTORS = join(dirname(fileURLToPath(import.meta.url)), "..", "vectors");
@@ -32,6 +42,7 @@ const DESCRIPTIVE = new Set([
   "pack_bits",
   "start",
   "detected_as",
+  "mask",
 ]);
 // Keys that select the decoder of a case (hostile-v1.json names one per case).
 const SELECTORS = new Set(["decoder"]);
@@ -44,7 +55,6 @@ const READ_ARGS = { ...OPTIONS, num_layers: "numLayers", top_k: "topK", dtype: "
 const NOT_HERE = {
   "format:fireworks-r3v1": "Fireworks r3/v1 is zstd-compressed, and Node has no zstd without an npm package",
   "format:fireworks-trace": "Fireworks trace payloads are zstd-compressed r3/v1, and Node has no zstd without an npm package",
-  "format:fireworks-matrices": "Fireworks per-token matrices are not implemented (only their zstd container is specified as a whole)",
 };
 
 const num = (x) => (x instanceof JsonNumber ? x.toNumber() : x);
@@ -80,6 +90,7 @@ function formatKind(read) {
       check(sameShape(result.shape, c.shape), `shape ${result.shape}`);
       check(sameValues(result.values, flat(c.values)), `values ${result.values.slice(0, 16)}`);
       if (c.start !== undefined) check(result.start === BigInt(option(c.start)), `start ${result.start}`);
+      if (c.mask !== undefined) check(JSON.stringify(result.mask) === JSON.stringify(c.mask), `mask ${result.mask}`);
     },
   };
 }
@@ -148,6 +159,7 @@ const KINDS = {
   "format:sglang": formatKind(readSglang),
   "format:vllm-npy": formatKind(readVllmNpy),
   "format:json-lists": formatKind(readJsonLists),
+  "format:fireworks-matrices": formatKind(readFireworksMatrices),
   "r3wire.routes-frame/1": {
     input: ["frame_hex"],
     decode: (payload, options) => decodeRoutesFrame(fromHex(payload), options),
