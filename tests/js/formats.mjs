@@ -70,6 +70,7 @@ function checkModel(shape, { numLayers = null, topK = null }) {
 }
 
 const PRIME_DTYPES = ["uint8", "uint16", "int16", "int32"];
+const MAX_START = 2n ** 63n - 1n;
 
 /** prime-rl {data, shape, start, dtype}: dtype absent = uint8, start absent or null = 0. */
 export function readPrimeRl(input, options = {}) {
@@ -77,16 +78,17 @@ export function readPrimeRl(input, options = {}) {
   checkMembers(payload, ["data", "shape"], ["start", "dtype"]);
   const dtype = payload.dtype ?? "uint8";
   if (!PRIME_DTYPES.includes(dtype)) reject("dtype", `one of ${PRIME_DTYPES.join(", ")}`, payload.dtype);
+  const shape = checkShape(payload.shape, { ndim: 3 });
+  checkModel(shape, options);
   let start = 0n;
   if (payload.start !== undefined && payload.start !== null) {
     start = integerOf(payload.start);
-    if (start === null || start < 0n) reject("start", "a non-negative integer", payload.start);
+    if (start === null || start < 0n || start > MAX_START) reject("start", "an integer in 0 .. 2**63 - 1", payload.start);
   }
-  const shape = checkShape(payload.shape, { ndim: 3 });
-  checkModel(shape, options);
+  if (typeof payload.data !== "string") reject("data", "a base64 string", payload.data);
+  checkLimit(shape, options.maxElements);
   const nbytes = elementCount(shape) * BigInt(DTYPE_SIZES[dtype]);
   checkDataLength(payload.data, nbytes);
-  checkLimit(shape, options.maxElements);
   const values = readValues(decodeBase64(payload.data, Number(nbytes)), dtype);
   checkIds(values, shape, "data", options);
   return { dtype, shape, values, start };
@@ -104,8 +106,8 @@ export function readPrimeRlB85(input, options = {}) {
   checkModel(shape, options);
   const count = elementCount(shape);
   if (typeof payload.data !== "string") reject("data", "a base85 string", payload.data);
-  if (BigInt(payload.data.length) !== 5n * count) reject("data", `${5n * count} base85 characters`, payload.data.length);
   checkLimit(shape, options.maxElements);
+  if (BigInt(payload.data.length) !== 5n * count) reject("data", `${5n * count} base85 characters`, payload.data.length);
   const bytes = new Uint8Array(Number(count) * 4);
   const view = new DataView(bytes.buffer);
   for (let g = 0; g < Number(count); g++) {
@@ -129,10 +131,14 @@ const DECIMAL = /^(0|[1-9][0-9]*)$/;
 
 /** NeMo-RL `nrlre1:<dtype>:<S>x<L>x<K>:<base64>`; all -1 (token, layer) rows are kept as missing routes. */
 export function readNemoRl(input, options = {}) {
-  const parts = typeof input === "string" ? input.split(":") : null;
-  if (parts === null || parts.length !== 4) reject(null, "nrlre1:<dtype>:<S>x<L>x<K>:<base64>", input);
-  const [magic, dtype, dims, data] = parts;
+  if (typeof input !== "string") reject(null, "an nrlre1:<dtype>:<S>x<L>x<K>:<base64> string", input);
+  // The magic first; then four parts, the base64 being everything after the third ':'.
+  const magic = input.split(":", 1)[0];
   if (magic !== "nrlre1") reject("magic", '"nrlre1"', magic);
+  const parts = input.split(":");
+  if (parts.length < 4) reject(null, "nrlre1:<dtype>:<S>x<L>x<K>:<base64>", `${parts.length} ':'-separated parts`);
+  const [, dtype, dims] = parts;
+  const data = parts.slice(3).join(":");
   if (!NEMO_DTYPES.includes(dtype)) reject("dtype", `one of ${NEMO_DTYPES.join(", ")}`, dtype);
   const entries = dims.split("x");
   if (entries.length !== 3 || !entries.every((d) => DECIMAL.test(d))) {
@@ -140,9 +146,9 @@ export function readNemoRl(input, options = {}) {
   }
   const shape = checkShape(entries.map((d) => new JsonNumber(d)), { ndim: 3 });
   checkModel(shape, options);
+  checkLimit(shape, options.maxElements);
   const nbytes = elementCount(shape) * BigInt(DTYPE_SIZES[dtype]);
   checkDataLength(data, nbytes);
-  checkLimit(shape, options.maxElements);
   const values = readValues(decodeBase64(data, Number(nbytes)), dtype);
   checkIds(values, shape, "data", { ...options, sentinel: "row" });
   return { dtype, shape, values, start: null };
@@ -170,13 +176,12 @@ export function readSglang(input, options = {}) {
   if (!SGLANG_DTYPES.includes(dtype)) reject("routed_experts_dtype", `one of ${SGLANG_DTYPES.join(", ")}`, dtype);
   if (typeof text !== "string") reject("routed_experts", "a base64 string", text);
   const rowBytes = BigInt(numLayers) * BigInt(topK) * BigInt(DTYPE_SIZES[dtype]);
-  // The byte count follows from the text's length: check the row multiple and the limit before decoding.
+  // The byte count follows from the text's length and padding: whole rows and the limit before decoding.
+  if (text.length % 4 !== 0) reject("routed_experts", "base64 of a length divisible by 4", text.length);
   const padding = text.endsWith("==") ? 2 : text.endsWith("=") ? 1 : 0;
-  const claimed = text.length % 4 === 0 ? BigInt((text.length / 4) * 3 - padding) : -1n;
-  if (claimed >= 0n && claimed % rowBytes !== 0n) {
-    reject("routed_experts", `whole rows of ${rowBytes} bytes`, `${claimed} bytes`);
-  }
-  const shape = [claimed >= 0n ? claimed / rowBytes : 0n, BigInt(numLayers), BigInt(topK)];
+  const claimed = BigInt((text.length / 4) * 3 - padding);
+  if (claimed % rowBytes !== 0n) reject("routed_experts", `whole rows of ${rowBytes} bytes`, `${claimed} bytes`);
+  const shape = [claimed / rowBytes, BigInt(numLayers), BigInt(topK)];
   checkLimit(shape, options.maxElements);
   const bytes = decodeBase64Any(text, "routed_experts");
   const values = readValues(bytes, dtype);
@@ -396,19 +401,19 @@ export function readVllmNpy(input, options = {}) {
   const dtype = typeof descr === "string" ? NPY_DESCR[descr] : undefined;
   if (dtype === undefined) reject("npy header.descr", "an integer descr (|u1 |i1 <u2 ... >i8)", descr);
   const fortran = header.dict.get("fortran_order");
-  if (typeof fortran !== "boolean") reject("npy header.fortran_order", "a bool", fortran);
+  if (typeof fortran !== "boolean") reject("npy header.fortran_order", "True or False", fortran);
   const rawShape = header.dict.get("shape");
-  if (!rawShape?.tuple || rawShape.tuple.length !== 3) reject("npy header.shape", "a tuple of three integers", headerText);
-  rawShape.tuple.forEach((d, i) => {
-    if (typeof d !== "bigint" || d < 0n) reject(`npy header.shape[${i}]`, "a non-negative integer", d);
-  });
-  const shape = checkShape(rawShape.tuple, { ndim: 3 });
+  if (!rawShape?.tuple) reject("npy header.shape", "a tuple of integers", headerText);
+  const shape = checkShape(
+    rawShape.tuple.map((d) => (typeof d === "bigint" ? d : null)),
+    { ndim: 3, name: "npy header.shape" },
+  );
   checkModel(shape, options);
   const size = DTYPE_SIZES[dtype];
+  checkLimit(shape, options.maxElements, "npy header.shape");
   const fileBytes = BigInt(dataStart) + elementCount(shape) * BigInt(size);
   const chars = 4n * ((fileBytes + 2n) / 3n);
   if (BigInt(text.length) !== chars) reject("routed_experts", `${chars} base64 characters (a ${fileBytes}-byte .npy)`, text.length);
-  checkLimit(shape, options.maxElements);
   // The padding tells the exact byte count: a trailing byte can hide in the same number of characters.
   const file = decodeBase64(text, Number(fileBytes), "routed_experts");
   let body = file.slice(dataStart);

@@ -188,19 +188,19 @@ function checkSchema(envelope, schema) {
 }
 
 /** Check 5 (§8): shape entries are integers in `minimums[i]` (else 0) .. 2**63-1, then the extent is bounded. */
-export function checkShape(shape, { ndim = null, maxNdim = MAX_NDIM, minimums = [] } = {}) {
-  if (!Array.isArray(shape)) reject("shape", "an array of integers", shape);
-  if (ndim !== null && shape.length !== ndim) reject("shape", `${ndim} dimensions`, shape);
-  if (shape.length > maxNdim) reject("shape", `at most ${maxNdim} dimensions`, shape.length);
+export function checkShape(shape, { ndim = null, maxNdim = MAX_NDIM, minimums = [], name = "shape" } = {}) {
+  if (!Array.isArray(shape)) reject(name, "an array of integers", shape);
+  if (ndim !== null && shape.length !== ndim) reject(name, `${ndim} dimensions`, shape);
+  if (shape.length > maxNdim) reject(name, `at most ${maxNdim} dimensions`, shape.length);
   const dims = shape.map((entry, i) => {
     const low = BigInt(minimums[i] ?? 0);
     const value = integerOf(entry);
     if (value === null || value < low || value > MAX_DIMENSION) {
-      reject(`shape[${i}]`, `an integer in ${low} .. 2**63 - 1`, entry);
+      reject(`${name}[${i}]`, `an integer in ${low} .. 2**63 - 1`, entry);
     }
     return value;
   });
-  checkExtent(dims);
+  checkExtent(dims, name);
   return dims;
 }
 
@@ -209,9 +209,9 @@ function extentOf(shape) {
   return shape.reduce((a, b) => (b === 0n ? a : a * b), 1n);
 }
 
-function checkExtent(shape) {
+function checkExtent(shape, name = "shape") {
   const extent = extentOf(shape);
-  if (extent > MAX_EXTENT) reject("shape", "dimensions whose non-zero product is at most 2**60 - 1", extent);
+  if (extent > MAX_EXTENT) reject(name, "dimensions whose non-zero product is at most 2**60 - 1", extent);
 }
 
 export function elementCount(shape) {
@@ -219,10 +219,10 @@ export function elementCount(shape) {
 }
 
 /** Check 8: the application's element limit (DEFAULT_MAX_ELEMENTS when it states none), on the extent. */
-export function checkLimit(shape, maxElements) {
+export function checkLimit(shape, maxElements, name = "shape") {
   const limit = maxElements === null || maxElements === undefined ? DEFAULT_MAX_ELEMENTS : BigInt(maxElements);
   const extent = extentOf(shape);
-  if (extent > limit) reject("shape", `at most ${limit} elements`, extent);
+  if (extent > limit) reject(name, `at most ${limit} elements`, extent);
 }
 
 /** Check 7: data is a string of the base64 length of exactly nbytes bytes (nothing decoded yet). */
