@@ -26,27 +26,26 @@ import {
   show,
 } from "./r3wire.mjs";
 
-/** Ids must be non-negative and below numExperts; `sentinel` says where -1 means "no route". */
+/**
+ * Ids must be non-negative, then (a second pass, as wire-format.md §8 step 10 orders the rules) below numExperts;
+ * `sentinel` says where -1 means "no route": "slot" (SGLang), "row" (NeMo-RL: all top_k slots -1), or "none".
+ */
 function checkIds(values, shape, name, { numExperts = null, sentinel = "none" } = {}) {
   const topK = Number(shape[2] ?? 1n);
   for (let i = 0; i < values.length; i++) {
     const id = Number(values[i]);
-    if (id < 0) {
-      if (sentinel === "slot" && id === -1) continue;
-      if (sentinel === "row" && id === -1) {
-        // NeMo-RL: a (token, layer) whose top_k slots are ALL -1 is a missing route; partly negative is corrupt.
-        const start = i - (i % topK);
-        const row = values.slice(start, start + topK).map(Number);
-        if (row.every((v) => v === -1)) continue;
-        const first = row.findIndex((v) => v < 0);
-        reject(position(start + first, shape, name), "a non-negative expert id (or a row of all -1)", row[first]);
-      }
-      reject(position(i, shape, name), "a non-negative expert id", id);
+    if (id >= 0) continue;
+    if (sentinel === "slot" && id === -1) continue;
+    if (sentinel === "row" && id === -1) {
+      // A (token, layer) whose top_k slots are ALL -1 is a missing route; a partly negative row is corrupt.
+      const start = i - (i % topK);
+      if (values.slice(start, start + topK).every((v) => Number(v) === -1)) continue;
     }
-    if (numExperts !== null && id >= Number(numExperts)) {
-      reject(position(i, shape, name), `an expert id below ${numExperts}`, id);
-    }
+    reject(position(i, shape, name), "a non-negative expert id", id);
   }
+  if (numExperts === null) return;
+  const bad = values.findIndex((v) => Number(v) >= Number(numExperts));
+  if (bad >= 0) reject(position(bad, shape, name), `an expert id below ${numExperts}`, values[bad]);
 }
 
 /** Strict base64 whose byte count is not known in advance (SGLang, .npy): length, then decoding. */
