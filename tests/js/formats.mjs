@@ -258,10 +258,11 @@ export function readFireworksMatrices(input, options = {}) {
   });
   // Without any matrix there is no width to read: uint8, the narrower one.
   dtype ??= "uint8";
+  // Concatenated, not spread into push(): a long list would exceed the engine's argument limit.
   const values = [];
   for (const bytes of matrices) {
-    if (bytes === null) values.push(...new Array(Number(perMatrix)).fill(0));
-    else values.push(...readValues(bytes, dtype));
+    const matrix = bytes === null ? new Array(Number(perMatrix)).fill(0) : readValues(bytes, dtype);
+    for (const v of matrix) values.push(v);
   }
   checkIds(values, shape, "routes", options);
   const mask = matrices.some((m) => m === null) ? matrices.map((m) => m !== null) : null;
@@ -272,6 +273,7 @@ export function readFireworksMatrices(input, options = {}) {
 
 const NPY_MAGIC = [0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59]; // \x93NUMPY
 const NPY_MAX_HEADER = 10000;
+const MAX_LITERAL_DEPTH = 32;
 const NPY_DESCR = {
   "|u1": "uint8",
   "|i1": "int8",
@@ -289,13 +291,17 @@ const NPY_DESCR = {
   ">i8": "int64",
 };
 
-/** A Python literal of the subset np.save writes: dicts, tuples, lists, strings, integers, True/False/None. */
+/**
+ * A Python literal of the subset np.save writes: dicts, tuples, lists, strings without escapes, integers,
+ * True/False/None. Anything else (escapes, floats, expressions) is refused as `npy header`.
+ */
 function parsePythonLiteral(text) {
   let pos = 0;
   const fail = () => reject("npy header", "a Python literal dict", text);
   const space = () => {
     while (pos < text.length && " \t\n\r".includes(text[pos])) pos++;
   };
+  let depth = 0;
   const value = () => {
     space();
     const c = text[pos];
@@ -307,6 +313,8 @@ function parsePythonLiteral(text) {
       return s;
     }
     if (c === "{" || c === "(" || c === "[") {
+      // np.save nests one level; a deep header is hostile, and unbounded recursion would overflow the stack.
+      if (++depth > MAX_LITERAL_DEPTH) fail();
       const close = { "{": "}", "(": ")", "[": "]" }[c];
       pos++;
       const items = [];
@@ -333,11 +341,9 @@ function parsePythonLiteral(text) {
         if (trailingComma) pos++;
         else if (text[pos] !== close) fail();
       }
-      if (c === "{") {
-        const keys = entries.map(([k]) => k);
-        if (new Set(keys).size !== keys.length) fail();
-        return { dict: new Map(entries) };
-      }
+      depth--;
+      // A repeated key keeps its last value, as Python's literal evaluation (and numpy's reader) does.
+      if (c === "{") return { dict: new Map(entries) };
       // (x) is not a tuple; (x,) is.
       if (c === "(" && items.length === 1 && !trailingComma) return items[0];
       return c === "(" ? { tuple: items } : { list: items };
