@@ -317,10 +317,12 @@ function checkRouteHeader({ dtype, numExperts, readBits, callerExperts }) {
 
 /** Check 10 for routes: ids non-negative and below num_experts; canonical dtype and bits without it. */
 function checkIds(ids, shape, { dtype, bits, declared, limit }) {
+  // Rule by rule (§8 step 10): a negative id anywhere is named before an out-of-range id earlier in the array.
+  const negative = ids.findIndex((id) => id < 0);
+  if (negative >= 0) reject(position(negative, shape), "a non-negative expert id", ids[negative]);
   let maxId = 0;
   for (let i = 0; i < ids.length; i++) {
     const id = ids[i];
-    if (id < 0) reject(position(i, shape), "a non-negative expert id", id);
     if (limit !== null && id >= limit) reject(position(i, shape), `an expert id below ${limit}`, id);
     if (id > maxId) maxId = id;
   }
