@@ -63,22 +63,34 @@ function checkMembers(payload, required, optional) {
   if (unknown.length > 0) reject(null, `an object with members ${[...required, ...optional].join(", ")}`, unknown);
 }
 
-function checkModel(shape, { numLayers = null, topK = null }) {
-  if (numLayers !== null && BigInt(numLayers) !== shape[1]) reject("shape", `${numLayers} layers`, shape);
-  if (topK !== null && BigInt(topK) !== shape[2]) reject("shape", `top_k ${topK}`, shape);
+/**
+ * What every format's result must satisfy, checked after the format's own rules (formats.md, "Rules every reader
+ * follows"): at least one layer and one slot (`shape[1]`, `shape[2]`), then the caller's model (`shape`).
+ */
+function finish(read) {
+  return (input, options = {}) => {
+    const result = read(input, options);
+    for (const axis of [1, 2]) {
+      if (result.shape[axis] === 0n) reject(`shape[${axis}]`, "an integer in 1 .. 2**63 - 1", 0);
+    }
+    const { numLayers = null, topK = null } = options;
+    if (numLayers !== null && BigInt(numLayers) !== result.shape[1]) reject("shape", `${numLayers} layers`, result.shape);
+    if (topK !== null && BigInt(topK) !== result.shape[2]) reject("shape", `top_k ${topK}`, result.shape);
+    return result;
+  };
 }
 
 const PRIME_DTYPES = ["uint8", "uint16", "int16", "int32"];
 const MAX_START = 2n ** 63n - 1n;
 
 /** prime-rl {data, shape, start, dtype}: dtype absent = uint8, start absent or null = 0. */
-export function readPrimeRl(input, options = {}) {
+export const readPrimeRl = finish(function readPrimeRl(input, options = {}) {
   const payload = parseInput(input);
   checkMembers(payload, ["data", "shape"], ["start", "dtype"]);
-  const dtype = payload.dtype ?? "uint8";
+  // Absent means uint8 (older prime-rl); null is not absent.
+  const dtype = Object.hasOwn(payload, "dtype") ? payload.dtype : "uint8";
   if (!PRIME_DTYPES.includes(dtype)) reject("dtype", `one of ${PRIME_DTYPES.join(", ")}`, payload.dtype);
   const shape = checkShape(payload.shape, { ndim: 3 });
-  checkModel(shape, options);
   let start = 0n;
   if (payload.start !== undefined && payload.start !== null) {
     start = integerOf(payload.start);
@@ -91,21 +103,20 @@ export function readPrimeRl(input, options = {}) {
   const values = readValues(decodeBase64(payload.data, Number(nbytes)), dtype);
   checkIds(values, shape, "data", options);
   return { dtype, shape, values, start };
-}
+});
 
 // RFC 1924 (Python's base64.b85encode), not Ascii85.
 const B85 = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz!#$%&()*+-;<=>?@^_`{|}~";
 const B85_DIGIT = new Map(Array.from(B85, (c, i) => [c, i]));
 
 /** prime-rl's older {data: base85, shape}: little-endian int32 ids, 5 characters each. */
-export function readPrimeRlB85(input, options = {}) {
+export const readPrimeRlB85 = finish(function readPrimeRlB85(input, options = {}) {
   const payload = parseInput(input);
   checkMembers(payload, ["data", "shape"], []);
   const shape = checkShape(payload.shape, { ndim: 3 });
-  checkModel(shape, options);
   const count = elementCount(shape);
-  if (typeof payload.data !== "string") reject("data", "a base85 string", payload.data);
   checkLimit(shape, options.maxElements);
+  if (typeof payload.data !== "string") reject("data", "a base85 string", payload.data);
   if (BigInt(payload.data.length) !== 5n * count) reject("data", `${5n * count} base85 characters`, payload.data.length);
   const bytes = new Uint8Array(Number(count) * 4);
   const view = new DataView(bytes.buffer);
@@ -123,13 +134,13 @@ export function readPrimeRlB85(input, options = {}) {
   const values = readValues(bytes, "int32");
   checkIds(values, shape, "data", options);
   return { dtype: "int32", shape, values, start: null };
-}
+});
 
 const NEMO_DTYPES = ["int8", "int16", "int32"];
 const DECIMAL = /^(0|[1-9][0-9]*)$/;
 
 /** NeMo-RL `nrlre1:<dtype>:<S>x<L>x<K>:<base64>`; all -1 (token, layer) rows are kept as missing routes. */
-export function readNemoRl(input, options = {}) {
+export const readNemoRl = finish(function readNemoRl(input, options = {}) {
   if (typeof input !== "string") reject(null, "an nrlre1:<dtype>:<S>x<L>x<K>:<base64> string", input);
   // The magic first; then four parts, the base64 being everything after the third ':'.
   const magic = input.split(":", 1)[0];
@@ -144,19 +155,18 @@ export function readNemoRl(input, options = {}) {
     reject("shape", "three plain decimal dimensions SxLxK", dims);
   }
   const shape = checkShape(entries.map((d) => new JsonNumber(d)), { ndim: 3 });
-  checkModel(shape, options);
   checkLimit(shape, options.maxElements);
   const nbytes = elementCount(shape) * BigInt(DTYPE_SIZES[dtype]);
   checkDataLength(data, nbytes);
   const values = readValues(decodeBase64(data, Number(nbytes)), dtype);
   checkIds(values, shape, "data", { ...options, sentinel: "row" });
   return { dtype, shape, values, start: null };
-}
+});
 
 const SGLANG_DTYPES = ["int32", "uint16", "uint8"];
 
 /** SGLang bare base64 (dtype from options, default int32), or a mapping {routed_experts, routed_experts_dtype}. */
-export function readSglang(input, options = {}) {
+export const readSglang = finish(function readSglang(input, options = {}) {
   const { numLayers = null, topK = null } = options;
   if (numLayers === null || topK === null) throw new Error("SGLang routes need numLayers and topK");
   let text = input;
@@ -164,6 +174,7 @@ export function readSglang(input, options = {}) {
   if (isPlainObject(input)) {
     if (!Object.hasOwn(input, "routed_experts")) reject("routed_experts", "present", undefined);
     text = input.routed_experts;
+    if (typeof text !== "string") reject("routed_experts", "a base64 string", text);
     const named = input.routed_experts_dtype ?? null;
     if (named !== null) {
       if (!SGLANG_DTYPES.includes(named)) reject("routed_experts_dtype", `one of ${SGLANG_DTYPES.join(", ")}`, named);
@@ -177,7 +188,8 @@ export function readSglang(input, options = {}) {
   const rowBytes = BigInt(numLayers) * BigInt(topK) * BigInt(DTYPE_SIZES[dtype]);
   // The byte count follows from the text's length and padding: whole rows and the limit before decoding.
   if (text.length % 4 !== 0) reject("routed_experts", "base64 of a length divisible by 4", text.length);
-  const padding = text.endsWith("==") ? 2 : text.endsWith("=") ? 1 : 0;
+  // The padding is the '=' among the last two characters; a misplaced one is refused by the decoding below.
+  const padding = [...text.slice(-2)].filter((ch) => ch === "=").length;
   const claimed = BigInt((text.length / 4) * 3 - padding);
   if (claimed % rowBytes !== 0n) reject("routed_experts", `whole rows of ${rowBytes} bytes`, `${claimed} bytes`);
   const shape = [claimed / rowBytes, BigInt(numLayers), BigInt(topK)];
@@ -186,10 +198,10 @@ export function readSglang(input, options = {}) {
   const values = readValues(bytes, dtype);
   checkIds(values, shape, "routed_experts", { ...options, sentinel: "slot" });
   return { dtype, shape, values, start: null };
-}
+});
 
 /** Nested JSON lists [rows][layers][top_k] of integers: int32 when every id fits, else int64. */
-export function readJsonLists(input, options = {}) {
+export const readJsonLists = finish(function readJsonLists(input, options = {}) {
   const payload = parseInput(input);
   if (!Array.isArray(payload)) reject(null, "a list of [layers][top_k] lists of expert ids", payload);
   // The shape is the first item's length at each level; an item that should be a list is named by its path.
@@ -212,7 +224,6 @@ export function readJsonLists(input, options = {}) {
     reject("shape", "[rows, layers >= 1, top_k >= 1]", dims);
   }
   const shape = dims;
-  checkModel(shape, options);
   checkLimit(shape, options.maxElements);
   let level = payload;
   for (const width of [shape[1], shape[2]]) {
@@ -231,13 +242,13 @@ export function readJsonLists(input, options = {}) {
   const values = int32 ? ids.map(Number) : ids;
   checkIds(values, shape, "routes", { ...options, sentinel: "row" });
   return { dtype: int32 ? "int32" : "int64", shape, values, start: null };
-}
+});
 
 /**
  * Fireworks per-token matrices (rLLM / tinker `routing_matrices`): per token, null (not replayed) or the standard
  * base64 of its little-endian [layers, top_k] uint8 or uint16 matrix. Null rows are zero and false in `mask`.
  */
-export function readFireworksMatrices(input, options = {}) {
+export const readFireworksMatrices = finish(function readFireworksMatrices(input, options = {}) {
   const { numLayers = null, topK = null } = options;
   if (numLayers === null || topK === null) throw new Error("Fireworks matrices need numLayers and topK");
   const payload = parseInput(input);
@@ -245,17 +256,23 @@ export function readFireworksMatrices(input, options = {}) {
   const perMatrix = BigInt(numLayers) * BigInt(topK);
   const shape = [BigInt(payload.length), BigInt(numLayers), BigInt(topK)];
   checkLimit(shape, options.maxElements);
+  // Every entry's type and length first (the length less the '=' among its last two characters), then decoding.
   let dtype = null;
-  const matrices = payload.map((entry, i) => {
-    if (entry === null) return null;
+  payload.forEach((entry, i) => {
+    if (entry === null) return;
     if (typeof entry !== "string") reject(`[${i}]`, "a base64 string or null", entry);
-    const bytes = decodeBase64Any(entry, `[${i}]`);
-    const width = { [String(perMatrix)]: "uint8", [String(2n * perMatrix)]: "uint16" }[String(bytes.length)];
-    if (width === undefined) reject(`[${i}]`, `${perMatrix} (uint8) or ${2n * perMatrix} (uint16) bytes`, bytes.length);
-    if (dtype !== null && width !== dtype) reject(`[${i}]`, `a ${dtype} matrix like the tokens before it`, width);
+    if (entry.length % 4 !== 0) reject(`[${i}]`, "base64 of a length divisible by 4", entry.length);
+    const nbytes = BigInt((entry.length / 4) * 3 - [...entry.slice(-2)].filter((ch) => ch === "=").length);
+    const width = nbytes === perMatrix ? "uint8" : nbytes === 2n * perMatrix ? "uint16" : undefined;
+    if (width === undefined || (dtype !== null && width !== dtype)) {
+      const want = dtype === null ? `${perMatrix} (uint8) or ${2n * perMatrix} (uint16)` : `${dtype} matrix bytes`;
+      reject(`[${i}]`, want, `${nbytes} bytes`);
+    }
     dtype = width;
-    return bytes;
   });
+  const matrices = payload.map((entry, i) =>
+    entry === null ? null : decodeBase64(entry, Number(perMatrix) * DTYPE_SIZES[dtype], `[${i}]`),
+  );
   // Without any matrix there is no width to read: uint8, the narrower one.
   dtype ??= "uint8";
   // Concatenated, not spread into push(): a long list would exceed the engine's argument limit.
@@ -267,7 +284,7 @@ export function readFireworksMatrices(input, options = {}) {
   checkIds(values, shape, "routes", options);
   const mask = matrices.some((m) => m === null) ? matrices.map((m) => m !== null) : null;
   return { dtype, shape, values, start: null, mask };
-}
+});
 
 // ---- vLLM: base64 of a complete .npy file (NEP 1), parsed without any code execution.
 
@@ -299,7 +316,7 @@ function parsePythonLiteral(text) {
   let pos = 0;
   const fail = () => reject("npy header", "a Python literal dict", text);
   const space = () => {
-    while (pos < text.length && " \t\n\r".includes(text[pos])) pos++;
+    while (pos < text.length && " \t\n\r\f".includes(text[pos])) pos++; // Python: form feed is whitespace
   };
   let depth = 0;
   const value = () => {
@@ -372,7 +389,7 @@ function parsePythonLiteral(text) {
 }
 
 /** vLLM `choices[i].routed_experts`: base64 of an np.save file, or a mapping holding it under routed_experts. */
-export function readVllmNpy(input, options = {}) {
+export const readVllmNpy = finish(function readVllmNpy(input, options = {}) {
   let text = input;
   if (isPlainObject(input)) text = input.routed_experts;
   if (typeof text !== "string") reject("routed_experts", "a base64 .npy string", text);
@@ -413,7 +430,6 @@ export function readVllmNpy(input, options = {}) {
     rawShape.tuple.map((d) => (typeof d === "bigint" ? d : null)),
     { ndim: 3, name: "npy header.shape" },
   );
-  checkModel(shape, options);
   const size = DTYPE_SIZES[dtype];
   checkLimit(shape, options.maxElements, "npy header.shape");
   const fileBytes = BigInt(dataStart) + elementCount(shape) * BigInt(size);
@@ -436,6 +452,6 @@ export function readVllmNpy(input, options = {}) {
   }
   checkIds(values, shape, "routed_experts", options);
   return { dtype, shape, values, start: null };
-}
+});
 
 export { DecodeError };
