@@ -20,7 +20,7 @@ RUNNER = ROOT / "tests" / "js" / "run_vectors.mjs"
 VECTORS = ROOT / "tests" / "vectors"
 # Vector files of these kinds (top-level schema/version: r3wire's own wire format; top-level "format": another
 # engine's) are run by run_vectors.mjs, every case (a case superseded by a newer file is counted as skipped).
-# Not here: Fireworks' zstd formats (r3v1, trace) (no zstd in Node without a package) and whole responses (read_response).
+# Not here: Fireworks' zstd formats (r3v1, trace: no zstd in Node without a package) and whole responses.
 KINDS = {
     "r3wire.routes/1",
     "r3wire.array/1",
