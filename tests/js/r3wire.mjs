@@ -339,7 +339,7 @@ function finishRoutes({ dtype, shape, bits, numExperts, callerExperts, payload }
   const limits = [numExperts, callerExperts === null ? null : BigInt(callerExperts)].filter((x) => x !== null);
   const limit = limits.length ? Number(limits.reduce((a, b) => (a < b ? a : b))) : null;
   checkIds(ids, shape, { dtype, bits, declared: numExperts !== null, limit });
-  return { dtype, shape, bytes: bits === null ? payload : toBytes(ids, dtype), values: ids };
+  return { dtype, shape, bytes: bits === null ? payload : toBytes(ids, dtype), values: ids, numExperts, bits };
 }
 
 function optionalInteger(envelope, key, low, high) {

@@ -1,12 +1,13 @@
-// Run the JavaScript reference decoder (r3wire.mjs, formats.mjs) over r3wire's golden vectors in tests/vectors/.
+// Run the JavaScript reference decoder (r3wire.mjs, formats.mjs, response.mjs) over r3wire's golden vectors in tests/vectors/.
 //
 //   node tests/js/run_vectors.mjs [vector files...]     (default: every tests/vectors/*.json)
 //
 // A file is recognised by its top-level `schema` and `version` (r3wire.routes, r3wire.array, r3wire.logprobs,
 // r3wire.routes-frame, r3wire.hostile, version 1), so new vector files of r3wire's own formats are picked up
 // without a change here, or by its top-level `format` (another engine's: skyrl, prime-rl, prime-rl-b85, nemo-rl,
-// sglang, vllm-npy, json-lists, fireworks-matrices). Fireworks' zstd formats (no zstd in Node without a package),
-// whole responses and unknown kinds or versions are skipped with a note. Every `valid` case must decode to its
+// sglang, vllm-npy, json-lists, fireworks-matrices), or, for whole engine responses (response.mjs), by a top-level
+// `cases` list. Fireworks' zstd formats (no zstd in Node without a package), a response holding one, and unknown
+// kinds or versions are skipped with a note. Every `valid` case must decode to its
 // values; every `reject` case must be rejected naming its `field`. A case carrying an input key or reader
 // argument this runner does not know, or superseded by a newer file (`supersedes`), is counted as skipped, not
 // guessed at. Prints `N passed, M failed, K skipped`; exit status 1 on any failure.
@@ -25,6 +26,7 @@ import {
   readSglang,
   readVllmNpy,
 } from "./formats.mjs";
+import { NeedsZstd, readResponse } from "./response.mjs";
 import { DecodeError, decodeArray, decodeLogprobs, decodeRoutes, decodeRoutesFrame } from "./r3wire.mjs";
 
 const VECTORS = join(dirname(fileURLToPath(import.meta.url)), "..", "vectors");
@@ -171,6 +173,42 @@ const KINDS = {
   },
 };
 
+/** A whole-response case (response-engines-v1.json): every routes field, in order, with what is beside it. */
+function runResponseCase(c) {
+  const options = {};
+  for (const [key, value] of Object.entries(c.read_args ?? {})) {
+    if (!(key in READ_ARGS)) return `skipped: reader argument ${key} is not implemented`;
+    if (value !== null) options[READ_ARGS[key]] = option(value);
+  }
+  let results;
+  try {
+    results = readResponse(c.body, options);
+  } catch (error) {
+    if (error instanceof NeedsZstd) return `skipped: ${error.message} (no zstd in Node without a package)`;
+    throw error;
+  }
+  const expected = c.results ?? [];
+  check(results.length === expected.length, `${results.length} routes fields, expected ${expected.length}`);
+  const list = (x) => (x === null || x === undefined ? null : JSON.stringify(x.map(num)));
+  expected.forEach((want, i) => {
+    const got = results[i];
+    const at = `result ${i} (${got.path})`;
+    check(got.path === want.path, `${at}: path, expected ${want.path}`);
+    check(got.format === want.format, `${at}: format ${got.format}, expected ${want.format}`);
+    check(got.dtype === want.dtype, `${at}: dtype ${got.dtype}, expected ${want.dtype}`);
+    check(sameValues(got.values, flat(want.values)), `${at}: values ${got.values.slice(0, 16)}`);
+    check(list(got.tokenIds) === list(want.token_ids), `${at}: token_ids ${got.tokenIds}`);
+    check(list(got.logprobs) === list(want.logprobs), `${at}: logprobs ${got.logprobs}`);
+    check(got.numClamped === num(want.num_clamped ?? 0), `${at}: num_clamped ${got.numClamped}`);
+    if (want.start !== undefined) check(got.start === BigInt(option(want.start)), `${at}: start ${got.start}`);
+    if (want.mask !== undefined) check(JSON.stringify(got.mask) === JSON.stringify(want.mask), `${at}: mask`);
+    if (want.num_experts !== undefined) {
+      check(got.numExperts === BigInt(option(want.num_experts)), `${at}: num_experts ${got.numExperts}`);
+    }
+  });
+  return "passed";
+}
+
 /** Run one case; returns "passed", "skipped: ..." or throws with the reason it failed. */
 function runCase(kind, c, verdict) {
   const inputs = kind.input.filter((k) => c[k] !== undefined);
@@ -244,6 +282,27 @@ function main(argv) {
         : doc.schema === undefined && Array.isArray(doc.cases)
           ? "responses"
           : `${doc.schema}/${doc.version instanceof JsonNumber ? doc.version.text : doc.version}`;
+    if (id === "responses") {
+      let fileCases = 0;
+      for (const c of doc.cases) {
+        const label = `${name} ${c.name}`;
+        try {
+          const outcome = runResponseCase(c);
+          if (outcome === "passed") {
+            passed++;
+            fileCases++;
+          } else {
+            console.log(`skip ${label}: ${outcome.slice("skipped: ".length)}`);
+            skipped++;
+          }
+        } catch (error) {
+          console.log(`FAIL ${label}: ${error.message}`);
+          failed++;
+        }
+      }
+      console.log(`ok   ${name}: ${fileCases} cases (whole responses)`);
+      continue;
+    }
     const kind = KINDS[id];
     if (kind === undefined) {
       const why =
