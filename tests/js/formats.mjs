@@ -168,7 +168,7 @@ const SGLANG_DTYPES = ["int32", "uint16", "uint8"];
 /** SGLang bare base64 (dtype from options, default int32), or a mapping {routed_experts, routed_experts_dtype}. */
 export const readSglang = finish(function readSglang(input, options = {}) {
   const { numLayers = null, topK = null } = options;
-  if (numLayers === null || topK === null) throw new Error("SGLang routes need numLayers and topK");
+  if (numLayers === null || topK === null) reject("num_layers, top_k", "given (SGLang's bare base64 carries no shape)", null);
   let text = input;
   let dtype = options.dtype ?? null;
   if (isPlainObject(input)) {
@@ -250,7 +250,7 @@ export const readJsonLists = finish(function readJsonLists(input, options = {}) 
  */
 export const readFireworksMatrices = finish(function readFireworksMatrices(input, options = {}) {
   const { numLayers = null, topK = null } = options;
-  if (numLayers === null || topK === null) throw new Error("Fireworks matrices need numLayers and topK");
+  if (numLayers === null || topK === null) reject("num_layers, top_k", "given (Fireworks matrices carry no shape)", null);
   const payload = parseInput(input);
   if (!Array.isArray(payload)) reject(null, "a list of base64 matrices or null", payload);
   const perMatrix = BigInt(numLayers) * BigInt(topK);

@@ -79,11 +79,23 @@ function detect(value, holder) {
 
 const number = (x) => (x instanceof JsonNumber ? x.toNumber() : x);
 
-/** Token ids: a list of integers. */
+/** Run `fn`, naming any DecodeError's field under the JSONPath `path` (null: the value at `path` itself). */
+function at(path, fn) {
+  try {
+    return fn();
+  } catch (error) {
+    if (!(error instanceof DecodeError)) throw error;
+    const field = error.field;
+    const where = field === null ? path : field.startsWith("[") ? `${path}${field}` : `${path}.${field}`;
+    throw new DecodeError(where, error.expected, error.got);
+  }
+}
+
+/** Token ids: a list of non-negative integers (fields relative to the list). */
 function tokenIds(value) {
-  if (!Array.isArray(value)) reject("token_ids", "a list of integers", value);
+  if (!Array.isArray(value)) reject(null, "a list of integers", value);
   return value.map((x, i) => {
-    if (!(x instanceof JsonNumber) || !x.isInteger()) reject(`token_ids[${i}]`, "an integer", x);
+    if (!(x instanceof JsonNumber) || !x.isInteger() || x.toBigInt() < 0n) reject(`[${i}]`, "a token id (>= 0)", x);
     return Number(x.toBigInt());
   });
 }
@@ -91,29 +103,48 @@ function tokenIds(value) {
 /** Sampled logprobs in any of the shapes formats.md lists, clamped (missing, NaN, ±inf -> -9999.0). */
 function logprobs(key, value) {
   let raw;
-  if (key === "output_token_logprobs") raw = value.map((entry) => (Array.isArray(entry) ? entry[0] : null));
-  else if (Array.isArray(value)) raw = value;
-  else if (isPlainObject(value) && value.schema === "r3wire.logprobs") raw = decodeLogprobs(value).values;
-  else if (isPlainObject(value) && Array.isArray(value.content)) {
-    raw = value.content.map((entry) => (isPlainObject(entry) ? entry.logprob : null));
-  } else if (isPlainObject(value) && Array.isArray(value.token_logprobs)) raw = value.token_logprobs;
-  else reject(key, "logprobs in a known shape", value);
+  let prefix = "";
+  if (key === "output_token_logprobs") {
+    if (!Array.isArray(value)) reject(null, "a list of [logprob, token_id, text] entries", value);
+    raw = value.map((entry, i) => {
+      if (!Array.isArray(entry) || entry.length === 0) reject(`[${i}]`, "a [logprob, token_id, text] entry", entry);
+      return entry[0];
+    });
+  } else if (Array.isArray(value)) {
+    raw = value;
+  } else if (isPlainObject(value) && value.schema === "r3wire.logprobs") {
+    raw = decodeLogprobs(value).values;
+  } else if (isPlainObject(value) && Object.hasOwn(value, "content")) {
+    if (!Array.isArray(value.content)) reject("content", "a list of {logprob} entries", value.content);
+    raw = value.content.map((entry) => (isPlainObject(entry) ? (entry.logprob ?? null) : entry));
+    prefix = ".content";
+    value.content.forEach((entry, i) => {
+      const v = isPlainObject(entry) ? (entry.logprob ?? null) : null;
+      if (v !== null && !(v instanceof JsonNumber)) reject(`content[${i}].logprob`, "a number or null", v);
+    });
+  } else if (isPlainObject(value) && Object.hasOwn(value, "token_logprobs")) {
+    if (!Array.isArray(value.token_logprobs)) reject("token_logprobs", "a list of numbers", value.token_logprobs);
+    raw = value.token_logprobs;
+    prefix = ".token_logprobs";
+  } else {
+    reject(null, "logprobs in a known shape", value);
+  }
   let clamped = 0;
-  const values = raw.map((x) => {
+  const values = raw.map((x, i) => {
     const v = number(x);
     if (typeof v === "number" && Number.isFinite(v)) return v;
-    if (v !== null && v !== undefined && typeof v !== "number") reject(key, "numbers or null", x);
+    if (v !== null && typeof v !== "number") reject(`${prefix.slice(1)}[${i}]`.replace(/^\[/, "["), "a number or null", x);
     clamped++;
     return LOGPROB_FLOOR;
   });
   return { values, clamped };
 }
 
-/** The first of `keys` (non-null) in the objects of `chain`, nearest first. */
-function beside(chain, keys) {
+/** The first of `keys` (non-null) in the objects of `chain`, nearest first: [key, value, path of the object]. */
+function beside(chain, paths, keys) {
   for (let i = chain.length - 1; i >= 0; i--) {
     for (const key of keys) {
-      if (Object.hasOwn(chain[i], key) && chain[i][key] !== null) return [key, chain[i][key]];
+      if (Object.hasOwn(chain[i], key) && chain[i][key] !== null) return [key, chain[i][key], `${paths[i]}.${key}`];
     }
   }
   return null;
@@ -123,52 +154,46 @@ function beside(chain, keys) {
 export function readResponse(input, options = {}) {
   const body = parseInput(input);
   const results = [];
-  const read = (value, path, holder, chain) => {
-    const [format, reader] = detect(value, holder);
+  const read = (value, path, holder, chain, paths) => {
+    const [format, reader] = at(path, () => detect(value, holder));
     if (reader === null) throw new NeedsZstd(`${path}: ${format} is zstd-compressed`);
-    let result;
-    try {
-      result = reader(value, options);
-    } catch (error) {
-      if (error instanceof DecodeError) {
-        throw new DecodeError(error.field === null ? path : `${path}.${error.field}`, error.expected, error.got);
-      }
-      throw error;
-    }
-    const ids = beside(chain, TOKEN_KEYS);
-    const lp = beside(chain, LOGPROB_KEYS);
-    const sampled = lp === null ? null : logprobs(lp[0], lp[1]);
+    const result = at(path, () => reader(value, options));
+    const ids = beside(chain, paths, TOKEN_KEYS);
+    const lp = beside(chain, paths, LOGPROB_KEYS);
+    const sampled = lp === null ? null : at(lp[2], () => logprobs(lp[0], lp[1]));
     results.push({
       ...result,
       path,
       format,
-      tokenIds: ids === null ? null : tokenIds(ids[1]),
+      tokenIds: ids === null ? null : at(ids[2], () => tokenIds(ids[1])),
       logprobs: sampled === null ? null : sampled.values,
       numClamped: sampled === null ? 0 : sampled.clamped,
     });
   };
-  // `chain`: the objects from the enclosing list item (or the root) down to this one.
-  const walk = (node, path, chain) => {
+  // `chain`: the objects from the enclosing list item (or the root) down to this one; `paths`: their JSONPaths.
+  const walk = (node, path, chain, paths) => {
     if (Array.isArray(node)) {
-      node.forEach((item, i) => walk(item, `${path}[${i}]`, []));
+      node.forEach((item, i) => walk(item, `${path}[${i}]`, [], []));
       return;
     }
     if (!isPlainObject(node)) return;
     const here = [...chain, node];
+    const herePaths = [...paths, path];
     if (node.schema === "r3wire.routes") {
       // An envelope under a key that is not a routes key, or the body itself: still routes (formats.md, "Where").
-      read(node, path, chain.length > 0 ? chain[chain.length - 1] : node, chain.length > 0 ? chain : here);
+      const nested = chain.length > 0;
+      read(node, path, nested ? chain[chain.length - 1] : node, nested ? chain : here, nested ? paths : herePaths);
       return;
     }
     for (const key of Object.keys(node)) {
       const child = `${path}.${key}`;
       if (ROUTE_KEYS.has(key)) {
-        if (node[key] !== null) read(node[key], child, node, here);
+        if (node[key] !== null) read(node[key], child, node, here, herePaths);
       } else {
-        walk(node[key], child, here);
+        walk(node[key], child, here, herePaths);
       }
     }
   };
-  walk(body, "$", []);
+  walk(body, "$", [], []);
   return results;
 }
