@@ -157,7 +157,9 @@ export function readResponse(input, options = {}) {
   const read = (value, path, holder, chain, paths) => {
     const [format, reader] = at(path, () => detect(value, holder));
     if (reader === null) throw new NeedsZstd(`${path}: ${format} is zstd-compressed`);
-    const result = at(path, () => reader(value, options));
+    // SGLang's reader names the members of its holder (routed_experts, routed_experts_dtype): relocate from there.
+    const base = format === "sglang" ? path.slice(0, path.lastIndexOf(".")) : path;
+    const result = at(base, () => reader(value, options));
     const ids = beside(chain, paths, TOKEN_KEYS);
     const lp = beside(chain, paths, LOGPROB_KEYS);
     const sampled = lp === null ? null : at(lp[2], () => logprobs(lp[0], lp[1]));
