@@ -7,6 +7,9 @@
 //   decodeLogprobs(input, {maxElements})              r3wire.logprobs envelopes
 //   decodeRoutesFrame(bytes, {numExperts, maxElements})  the 32-byte-header binary frame
 //
+// maxElements is the caller's element limit, compared with the extent (the product of the non-zero shape
+// entries); null means DEFAULT_MAX_ELEMENTS (2**30), as in r3wire.
+//
 // `input` is JSON text (conforming: numbers are read from the text), or a value from parseJson (json.mjs).
 // A value built in-process may use safe-integer Numbers or BigInts; a tree from JSON.parse is NOT conforming,
 // because JSON.parse has already turned `1.0` into `1`.
@@ -20,6 +23,11 @@ import { JsonNumber, JsonSyntaxError, parseJson } from "./json.mjs";
 export const SUPPORTED_VERSIONS = [1n];
 export const MAX_NDIM = 32;
 const MAX_DIMENSION = 2n ** 63n - 1n;
+// §8 step 5: the product of the non-zero shape entries, so that any array of those dimensions has a byte size
+// that fits a signed 64-bit integer.
+const MAX_EXTENT = 2n ** 60n - 1n;
+// §12: the element limit when the application states none.
+export const DEFAULT_MAX_ELEMENTS = 2n ** 30n;
 const MAX_NUM_EXPERTS = 2n ** 31n;
 const MAX_GOT = 80;
 
@@ -44,7 +52,7 @@ const LOGPROB_DTYPES = ["float32", "float64"];
 const ROUTE_MAX = { uint8: 255, int16: 32767, int32: 2147483647 };
 const ROUTE_BITS = { uint8: [1, 8], int16: [9, 15], int32: [16, 31] };
 
-function show(value) {
+export function show(value) {
   let text;
   if (value instanceof JsonNumber) text = value.text;
   else if (typeof value === "bigint") text = value.toString();
@@ -70,23 +78,23 @@ export class DecodeError extends Error {
   }
 }
 
-function reject(field, expected, value) {
+export function reject(field, expected, value) {
   throw new DecodeError(field, expected, show(value));
 }
 
 /** The exact integer a wire integer denotes, or null: a JSON integer token, a BigInt, or a safe-integer Number. */
-function integerOf(value) {
+export function integerOf(value) {
   if (value instanceof JsonNumber) return value.isInteger() ? value.toBigInt() : null;
   if (typeof value === "bigint") return value;
   if (typeof value === "number" && Number.isSafeInteger(value)) return BigInt(value);
   return null; // booleans, strings, null, fractions and exponents are not integers
 }
 
-function isPlainObject(value) {
+export function isPlainObject(value) {
   return value !== null && typeof value === "object" && !Array.isArray(value) && !(value instanceof JsonNumber);
 }
 
-function parseInput(input) {
+export function parseInput(input) {
   if (typeof input !== "string") return input;
   try {
     return parseJson(input);
@@ -117,7 +125,7 @@ function canonicalDtype(maxId) {
 }
 
 /** `data[i, j, k]` for flat index `index` of an array of this shape (C order). */
-function position(index, shape) {
+export function position(index, shape, name = "data") {
   const dims = shape.map(Number);
   const idx = new Array(dims.length).fill(0);
   let rest = index;
@@ -125,7 +133,7 @@ function position(index, shape) {
     idx[axis] = rest % dims[axis];
     rest = Math.floor(rest / dims[axis]);
   }
-  return `data[${idx.join(", ")}]`;
+  return `${name}[${idx.join(", ")}]`;
 }
 
 // §5: the standard alphabet, strict.
@@ -134,10 +142,10 @@ const SEXTET = new Int16Array(128).fill(-1);
 for (let i = 0; i < ALPHABET.length; i++) SEXTET[ALPHABET.charCodeAt(i)] = i;
 
 /** Decode canonical base64 of exactly nbytes bytes (the length was checked before). */
-function decodeBase64(text, nbytes) {
+export function decodeBase64(text, nbytes, field = "data") {
   const out = new Uint8Array(nbytes);
   const padding = text.endsWith("==") ? 2 : text.endsWith("=") ? 1 : 0;
-  if (padding !== (3 - (nbytes % 3)) % 3) reject("data", `base64 padded to ${nbytes} bytes`, text.slice(-4));
+  if (padding !== (3 - (nbytes % 3)) % 3) reject(field, `base64 padded to ${nbytes} bytes`, text.slice(-4));
   const body = text.length - padding;
   let acc = 0;
   let bits = 0;
@@ -145,7 +153,7 @@ function decodeBase64(text, nbytes) {
   for (let i = 0; i < body; i++) {
     const c = text.charCodeAt(i);
     const v = c < 128 ? SEXTET[c] : -1;
-    if (v < 0) reject("data", "standard base64 (A-Z a-z 0-9 + / and = padding)", `${show(text[i])} at ${i}`);
+    if (v < 0) reject(field, "standard base64 (A-Z a-z 0-9 + / and = padding)", `${show(text[i])} at ${i}`);
     acc = (acc << 6) | v;
     bits += 6;
     if (bits >= 8) {
@@ -154,7 +162,7 @@ function decodeBase64(text, nbytes) {
     }
     acc &= (1 << bits) - 1;
   }
-  if (acc !== 0) reject("data", "base64 with zero pad bits", text.slice(-4));
+  if (acc !== 0) reject(field, "base64 with zero pad bits", text.slice(-4));
   return out;
 }
 
@@ -179,41 +187,53 @@ function checkSchema(envelope, schema) {
   }
 }
 
-/** Check 5: shape entries are integers in 0 .. 2**63-1. */
-function checkShape(shape, { ndim = null, maxNdim = MAX_NDIM } = {}) {
-  if (!Array.isArray(shape)) reject("shape", "an array of integers", shape);
-  if (ndim !== null && shape.length !== ndim) reject("shape", `${ndim} dimensions`, shape);
-  if (shape.length > maxNdim) reject("shape", `at most ${maxNdim} dimensions`, shape.length);
-  return shape.map((entry, i) => {
+/** Check 5 (§8): shape entries are integers in `minimums[i]` (else 0) .. 2**63-1, then the extent is bounded. */
+export function checkShape(shape, { ndim = null, maxNdim = MAX_NDIM, minimums = [], name = "shape" } = {}) {
+  if (!Array.isArray(shape)) reject(name, "an array of integers", shape);
+  if (ndim !== null && shape.length !== ndim) reject(name, `${ndim} dimensions`, shape);
+  if (shape.length > maxNdim) reject(name, `at most ${maxNdim} dimensions`, shape.length);
+  const dims = shape.map((entry, i) => {
+    const low = BigInt(minimums[i] ?? 0);
     const value = integerOf(entry);
-    if (value === null || value < 0n || value > MAX_DIMENSION) {
-      reject(`shape[${i}]`, "an integer in 0 .. 2**63 - 1", entry);
+    if (value === null || value < low || value > MAX_DIMENSION) {
+      reject(`${name}[${i}]`, `an integer in ${low} .. 2**63 - 1`, entry);
     }
     return value;
   });
+  checkExtent(dims, name);
+  return dims;
 }
 
-function elementCount(shape) {
+/** The product of the non-zero entries: what an element limit applies to, so a zero cannot hide a dimension. */
+function extentOf(shape) {
+  return shape.reduce((a, b) => (b === 0n ? a : a * b), 1n);
+}
+
+function checkExtent(shape, name = "shape") {
+  const extent = extentOf(shape);
+  if (extent > MAX_EXTENT) reject(name, "dimensions whose non-zero product is at most 2**60 - 1", extent);
+}
+
+export function elementCount(shape) {
   return shape.reduce((a, b) => a * b, 1n);
 }
 
-/** Check 7: the application's element limit. */
-function checkCount(count, maxElements) {
-  if (maxElements !== null && maxElements !== undefined && count > BigInt(maxElements)) {
-    reject("shape", `at most ${maxElements} elements`, count);
-  }
+/** Check 8: the application's element limit (DEFAULT_MAX_ELEMENTS when it states none), on the extent. */
+export function checkLimit(shape, maxElements, name = "shape") {
+  const limit = maxElements === null || maxElements === undefined ? DEFAULT_MAX_ELEMENTS : BigInt(maxElements);
+  const extent = extentOf(shape);
+  if (extent > limit) reject(name, `at most ${limit} elements`, extent);
 }
 
-/** Checks 8-9: data is the canonical base64 of exactly nbytes bytes; its length is checked before anything. */
-function readData(data, nbytes) {
+/** Check 7: data is a string of the base64 length of exactly nbytes bytes (nothing decoded yet). */
+export function checkDataLength(data, nbytes) {
   if (typeof data !== "string") reject("data", "a base64 string", data);
   const chars = 4n * ((nbytes + 2n) / 3n);
   if (BigInt(data.length) !== chars) reject("data", `${chars} base64 characters`, data.length);
-  return decodeBase64(data, Number(nbytes));
 }
 
 /** Little-endian elements of `dtype` as Numbers (BigInts for 64-bit integers). */
-function readValues(bytes, dtype) {
+export function readValues(bytes, dtype) {
   const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const size = DTYPE_SIZES[dtype];
   const count = bytes.length / size;
@@ -297,10 +317,12 @@ function checkRouteHeader({ dtype, numExperts, readBits, callerExperts }) {
 
 /** Check 10 for routes: ids non-negative and below num_experts; canonical dtype and bits without it. */
 function checkIds(ids, shape, { dtype, bits, declared, limit }) {
+  // Rule by rule (§8 step 10): a negative id anywhere is named before an out-of-range id earlier in the array.
+  const negative = ids.findIndex((id) => id < 0);
+  if (negative >= 0) reject(position(negative, shape), "a non-negative expert id", ids[negative]);
   let maxId = 0;
   for (let i = 0; i < ids.length; i++) {
     const id = ids[i];
-    if (id < 0) reject(position(i, shape), "a non-negative expert id", id);
     if (limit !== null && id >= limit) reject(position(i, shape), `an expert id below ${limit}`, id);
     if (id > maxId) maxId = id;
   }
@@ -317,7 +339,7 @@ function finishRoutes({ dtype, shape, bits, numExperts, callerExperts, payload }
   const limits = [numExperts, callerExperts === null ? null : BigInt(callerExperts)].filter((x) => x !== null);
   const limit = limits.length ? Number(limits.reduce((a, b) => (a < b ? a : b))) : null;
   checkIds(ids, shape, { dtype, bits, declared: numExperts !== null, limit });
-  return { dtype, shape, bytes: bits === null ? payload : toBytes(ids, dtype), values: ids };
+  return { dtype, shape, bytes: bits === null ? payload : toBytes(ids, dtype), values: ids, numExperts, bits };
 }
 
 function optionalInteger(envelope, key, low, high) {
@@ -345,7 +367,8 @@ export function decodeRoutes(input, { numExperts = null, maxElements = null, see
   }
   const dtype = envelope.dtype;
   if (!ROUTE_DTYPES.includes(dtype)) reject("dtype", `one of ${ROUTE_DTYPES.join(", ")}`, dtype);
-  const shape = checkShape(envelope.shape, { ndim: 3 });
+  // §6: a routes array has at least one layer and one slot; rows may be 0.
+  const shape = checkShape(envelope.shape, { ndim: 3, minimums: [0, 1, 1] });
   const declared = optionalInteger(envelope, "num_experts", 1n, MAX_NUM_EXPERTS);
   const readBits = () => {
     const bits = optionalInteger(envelope, "bits", 1n, 31n);
@@ -353,9 +376,10 @@ export function decodeRoutes(input, { numExperts = null, maxElements = null, see
   };
   const bits = checkRouteHeader({ dtype, numExperts: declared, readBits, callerExperts: numExperts });
   const count = elementCount(shape);
-  checkCount(count, maxElements);
   const nbytes = bits === null ? count * BigInt(DTYPE_SIZES[dtype]) : (count * BigInt(bits) + 7n) / 8n;
-  const payload = readData(envelope.data, nbytes);
+  checkDataLength(envelope.data, nbytes);
+  checkLimit(shape, maxElements);
+  const payload = decodeBase64(envelope.data, Number(nbytes));
   return finishRoutes({ dtype, shape, bits, numExperts: declared, callerExperts: numExperts, payload });
 }
 
@@ -367,9 +391,10 @@ function decodeGeneric(input, schema, dtypes, maxElements) {
   const dtype = envelope.dtype;
   if (!dtypes.includes(dtype)) reject("dtype", `one of ${dtypes.join(", ")}`, dtype);
   const shape = checkShape(envelope.shape);
-  const count = elementCount(shape);
-  checkCount(count, maxElements);
-  const bytes = readData(envelope.data, count * BigInt(DTYPE_SIZES[dtype]));
+  const nbytes = elementCount(shape) * BigInt(DTYPE_SIZES[dtype]);
+  checkDataLength(envelope.data, nbytes);
+  checkLimit(shape, maxElements);
+  const bytes = decodeBase64(envelope.data, Number(nbytes));
   return { dtype, shape, bytes, values: readValues(bytes, dtype) };
 }
 
@@ -409,11 +434,13 @@ export function decodeRoutesFrame(frame, { numExperts = null, maxElements = null
   if (dtype === undefined) reject("dtype", "code 1, 2 or 3", frame[5]);
   if (frame[7] !== 0) reject("reserved", "0", frame[7]);
   const shape = [view.getBigUint64(8, true), view.getBigUint64(16, true), BigInt(view.getUint32(24, true))];
-  for (const axis of [0, 1]) {
-    if (shape[axis] > MAX_DIMENSION) reject(`shape[${axis}]`, "at most 2**63 - 1", shape[axis]);
+  // Step 5 as for the envelope: entries in index order (layers and top_k at least 1), then the extent.
+  for (const [axis, low] of [[0, 0n], [1, 1n], [2, 1n]]) {
+    if (shape[axis] < low || shape[axis] > MAX_DIMENSION) {
+      reject(`shape[${axis}]`, `an integer in ${low} .. 2**63 - 1`, shape[axis]);
+    }
   }
-  const count = elementCount(shape);
-  checkCount(count, maxElements);
+  checkExtent(shape);
   const declaredRaw = BigInt(view.getUint32(28, true));
   const declared = declaredRaw === 0n ? null : declaredRaw;
   if (declared !== null && declared > MAX_NUM_EXPERTS) reject("num_experts", "at most 2**31", declared);
@@ -422,10 +449,12 @@ export function decodeRoutesFrame(frame, { numExperts = null, maxElements = null
     return frame[6] === 0 ? null : frame[6];
   };
   const bits = checkRouteHeader({ dtype, numExperts: declared, readBits, callerExperts: numExperts });
+  const count = elementCount(shape);
   const nbytes = bits === null ? count * BigInt(DTYPE_SIZES[dtype]) : (count * BigInt(bits) + 7n) / 8n;
   if (BigInt(frame.length) !== BigInt(FRAME_HEADER) + nbytes) {
     reject("data", `${nbytes} bytes after the header`, frame.length - FRAME_HEADER);
   }
+  checkLimit(shape, maxElements);
   const payload = frame.slice(FRAME_HEADER);
   return finishRoutes({ dtype, shape, bits, numExperts: declared, callerExperts: numExperts, payload });
 }

@@ -1,0 +1,201 @@
+// Whole engine responses: the routes fields of a response body, each read in the format its value is in, with
+// the token ids and logprobs beside it. Written from docs/formats.md ("Whole responses", "Detection") alone.
+//
+//   readResponse(body, {numLayers, topK, numExperts, maxElements})
+//     -> [{path, format, dtype, shape, values, start, mask, numExperts, tokenIds, logprobs, numClamped}]
+//
+// `body` is JSON text or a value from parseJson. Fireworks' zstd payloads (r3/v1 and the trace object holding
+// one) throw NeedsZstd: Node has no zstd decoder without a package.
+
+import { JsonNumber } from "./json.mjs";
+import {
+  readFireworksMatrices,
+  readJsonLists,
+  readNemoRl,
+  readPrimeRl,
+  readPrimeRlB85,
+  readSglang,
+  readVllmNpy,
+} from "./formats.mjs";
+import {
+  DecodeError,
+  checkShape,
+  decodeLogprobs,
+  decodeRoutes,
+  elementCount,
+  isPlainObject,
+  parseInput,
+  reject,
+} from "./r3wire.mjs";
+
+export class NeedsZstd extends Error {}
+
+const ROUTE_KEYS = new Set(["routed_experts", "router_replay", "routing_matrices"]);
+const TOKEN_KEYS = ["token_ids", "output_ids"];
+const LOGPROB_KEYS = ["logprobs", "output_token_logprobs"];
+// What a missing or non-finite sampled logprob becomes (docs/logprobs.md: clamp_logprobs).
+const LOGPROB_FLOOR = -9999.0;
+
+/** Detection (formats.md): the format of one routes value, and the reader for it. */
+function detect(value, holder) {
+  if (isPlainObject(value)) {
+    const has = (k) => Object.hasOwn(value, k);
+    if (has("schema") || has("version")) return ["r3wire", (v, o) => decodeRoutes(v, o)];
+    if (has("manifest")) return ["fireworks-trace", null];
+    if (has("data") && has("shape") && has("start")) return ["prime-rl", readPrimeRl];
+    if (has("data") && has("shape") && has("dtype")) {
+      return value.dtype === "uint16" ? ["prime-rl", readPrimeRl] : ["skyrl", (v, o) => decodeRoutes(v, { ...o, seedOnly: true })];
+    }
+    if (has("data") && has("shape")) {
+      let count = null;
+      try {
+        count = elementCount(checkShape(value.shape, { ndim: 3 }));
+      } catch (error) {
+        if (!(error instanceof DecodeError)) throw error;
+      }
+      const b85 = count !== null && count > 0n && typeof value.data === "string" && BigInt(value.data.length) === 5n * count;
+      return b85 ? ["prime-rl-b85", readPrimeRlB85] : ["prime-rl", readPrimeRl];
+    }
+    reject(null, "a routes payload of a known format", Object.keys(value));
+  }
+  if (Array.isArray(value)) {
+    if (value.length === 0) reject(null, "a non-empty list (name the format)", value);
+    if (value.every((item) => Array.isArray(item))) return ["json-lists", readJsonLists];
+    if (value.every((item) => item === null || typeof item === "string")) {
+      return ["fireworks-matrices", readFireworksMatrices];
+    }
+    reject(null, "a list of lists, or of base64 strings and nulls", value);
+  }
+  if (typeof value === "string") {
+    if (value.startsWith("nrlre1:")) return ["nemo-rl", readNemoRl];
+    if (value.startsWith("k05VTVBZ")) return ["vllm-npy", readVllmNpy];
+    if (value.startsWith("KLUv/")) return ["fireworks-r3v1", null];
+    // SGLang's bare string, read with the routed_experts_dtype beside it (the holder is SGLang's meta_info).
+    const dtype = holder.routed_experts_dtype ?? null;
+    return ["sglang", (v, o) => readSglang({ routed_experts: v, routed_experts_dtype: dtype }, o)];
+  }
+  return reject(null, "a routes payload (object, list or string)", value);
+}
+
+const number = (x) => (x instanceof JsonNumber ? x.toNumber() : x);
+
+/** Run `fn`, naming any DecodeError's field under the JSONPath `path` (null: the value at `path` itself). */
+function at(path, fn) {
+  try {
+    return fn();
+  } catch (error) {
+    if (!(error instanceof DecodeError)) throw error;
+    const field = error.field;
+    const where = field === null ? path : field.startsWith("[") ? `${path}${field}` : `${path}.${field}`;
+    throw new DecodeError(where, error.expected, error.got);
+  }
+}
+
+/** Token ids: a list of non-negative integers (fields relative to the list). */
+function tokenIds(value) {
+  if (!Array.isArray(value)) reject(null, "a list of integers", value);
+  return value.map((x, i) => {
+    if (!(x instanceof JsonNumber) || !x.isInteger() || x.toBigInt() < 0n) reject(`[${i}]`, "a token id (>= 0)", x);
+    return Number(x.toBigInt());
+  });
+}
+
+/** Sampled logprobs in any of the shapes formats.md lists, clamped (missing, NaN, ±inf -> -9999.0). */
+function logprobs(key, value) {
+  let raw;
+  let prefix = "";
+  if (key === "output_token_logprobs") {
+    if (!Array.isArray(value)) reject(null, "a list of [logprob, token_id, text] entries", value);
+    raw = value.map((entry, i) => {
+      if (!Array.isArray(entry) || entry.length === 0) reject(`[${i}]`, "a [logprob, token_id, text] entry", entry);
+      return entry[0];
+    });
+  } else if (Array.isArray(value)) {
+    raw = value;
+  } else if (isPlainObject(value) && value.schema === "r3wire.logprobs") {
+    raw = decodeLogprobs(value).values;
+  } else if (isPlainObject(value) && Object.hasOwn(value, "content")) {
+    if (!Array.isArray(value.content)) reject("content", "a list of {logprob} entries", value.content);
+    raw = value.content.map((entry) => (isPlainObject(entry) ? (entry.logprob ?? null) : entry));
+    prefix = ".content";
+    value.content.forEach((entry, i) => {
+      const v = isPlainObject(entry) ? (entry.logprob ?? null) : null;
+      if (v !== null && !(v instanceof JsonNumber)) reject(`content[${i}].logprob`, "a number or null", v);
+    });
+  } else if (isPlainObject(value) && Object.hasOwn(value, "token_logprobs")) {
+    if (!Array.isArray(value.token_logprobs)) reject("token_logprobs", "a list of numbers", value.token_logprobs);
+    raw = value.token_logprobs;
+    prefix = ".token_logprobs";
+  } else {
+    reject(null, "logprobs in a known shape", value);
+  }
+  let clamped = 0;
+  const values = raw.map((x, i) => {
+    const v = number(x);
+    if (typeof v === "number" && Number.isFinite(v)) return v;
+    if (v !== null && typeof v !== "number") reject(`${prefix.slice(1)}[${i}]`.replace(/^\[/, "["), "a number or null", x);
+    clamped++;
+    return LOGPROB_FLOOR;
+  });
+  return { values, clamped };
+}
+
+/** The first of `keys` (non-null) in the objects of `chain`, nearest first: [key, value, path of the object]. */
+function beside(chain, paths, keys) {
+  for (let i = chain.length - 1; i >= 0; i--) {
+    for (const key of keys) {
+      if (Object.hasOwn(chain[i], key) && chain[i][key] !== null) return [key, chain[i][key], `${paths[i]}.${key}`];
+    }
+  }
+  return null;
+}
+
+/** Read every routes field of a response body, in document order. Throws DecodeError (field = JSONPath). */
+export function readResponse(input, options = {}) {
+  const body = parseInput(input);
+  const results = [];
+  const read = (value, path, holder, chain, paths) => {
+    const [format, reader] = at(path, () => detect(value, holder));
+    if (reader === null) throw new NeedsZstd(`${path}: ${format} is zstd-compressed`);
+    // SGLang's reader names the members of its holder (routed_experts, routed_experts_dtype): relocate from there.
+    const base = format === "sglang" ? path.slice(0, path.lastIndexOf(".")) : path;
+    const result = at(base, () => reader(value, options));
+    const ids = beside(chain, paths, TOKEN_KEYS);
+    const lp = beside(chain, paths, LOGPROB_KEYS);
+    const sampled = lp === null ? null : at(lp[2], () => logprobs(lp[0], lp[1]));
+    results.push({
+      ...result,
+      path,
+      format,
+      tokenIds: ids === null ? null : at(ids[2], () => tokenIds(ids[1])),
+      logprobs: sampled === null ? null : sampled.values,
+      numClamped: sampled === null ? 0 : sampled.clamped,
+    });
+  };
+  // `chain`: the objects from the enclosing list item (or the root) down to this one; `paths`: their JSONPaths.
+  const walk = (node, path, chain, paths) => {
+    if (Array.isArray(node)) {
+      node.forEach((item, i) => walk(item, `${path}[${i}]`, [], []));
+      return;
+    }
+    if (!isPlainObject(node)) return;
+    const here = [...chain, node];
+    const herePaths = [...paths, path];
+    if (node.schema === "r3wire.routes") {
+      // An envelope under a key that is not a routes key, or the body itself: still routes (formats.md, "Where").
+      const nested = chain.length > 0;
+      read(node, path, nested ? chain[chain.length - 1] : node, nested ? chain : here, nested ? paths : herePaths);
+      return;
+    }
+    for (const key of Object.keys(node)) {
+      const child = `${path}.${key}`;
+      if (ROUTE_KEYS.has(key)) {
+        if (node[key] !== null) read(node[key], child, node, here, herePaths);
+      } else {
+        walk(node[key], child, here, herePaths);
+      }
+    }
+  };
+  walk(body, "$", [], []);
+  return results;
+}
