@@ -671,7 +671,8 @@ def test_cli_plot_says_where_it_wrote(tmp_path: Path) -> None:
 
 def _rows(n: int, seed: int = 0) -> np.ndarray[Any, Any]:
     rng = np.random.default_rng(seed)
-    return np.stack([rng.permutation(16)[:4].reshape(2, 2) for _ in range(n)]).astype(np.uint8)
+    rows: np.ndarray[Any, Any] = np.stack([rng.permutation(16)[:4].reshape(2, 2) for _ in range(n)]).astype(np.uint8)
+    return rows
 
 
 # issue 13.1
@@ -769,9 +770,10 @@ def test_balanced_padding_counts_within_one() -> None:
 
 def _rows_k(n: int, layers: int, top_k: int, experts: int) -> np.ndarray[Any, Any]:
     rng = np.random.default_rng(n)
-    return np.stack([np.stack([rng.permutation(experts)[:top_k] for _ in range(layers)]) for _ in range(n)]).astype(
-        np.uint8
-    )
+    rows: np.ndarray[Any, Any] = np.stack(
+        [np.stack([rng.permutation(experts)[:top_k] for _ in range(layers)]) for _ in range(n)]
+    ).astype(np.uint8)
+    return rows
 
 
 # issue 13.5

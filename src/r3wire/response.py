@@ -992,7 +992,7 @@ def _find_byte(flat: np.ndarray[Any, Any], byte: int, start: int) -> int:
         piece = flat[low : low + _FIND_PIECE]
         found = mask[: piece.size]
         np.equal(piece, byte, out=found)
-        at = int(found.argmax())
+        at = int(np.argmax(found))
         if found[at]:
             return low + at
     return -1

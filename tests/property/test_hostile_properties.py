@@ -209,6 +209,20 @@ def _deep(depth: int) -> list[Any]:
     return nest
 
 
+_FOREIGN_MAKERS: list[Callable[[], object]] = [
+    lambda: memoryview(b"abcdefgh")[::2],
+    lambda: memoryview(bytearray(8)).cast("B", (2, 4)),
+    lambda: np.arange(12).reshape(3, 4),
+    lambda: np.array(["r3wire.routes", "r3wire.routes"]),
+    lambda: np.float64("nan"),
+    _Hostile,
+    lambda: {"data": "x" * 10**5},
+    lambda: [10**5000] * 3,
+    lambda: (1, 2, 10**5000),
+    lambda: frozenset({1, 2}),
+]
+
+
 HOSTILE_VALUES = st.one_of(
     JSON_VALUES,
     st.integers(1, 4).map(lambda k: 7 ** (6000 * k)),  # beyond 4,300 digits: repr raises ValueError
@@ -217,20 +231,7 @@ HOSTILE_VALUES = st.one_of(
     st.integers(100, 3000).map(_deep),
     st.integers(10**5, 10**6).map(lambda n: "x" * n),
     st.integers(10**5, 10**6).map(lambda n: b"\xff" * n),
-    st.sampled_from(
-        [
-            lambda: memoryview(b"abcdefgh")[::2],
-            lambda: memoryview(bytearray(8)).cast("B", (2, 4)),
-            lambda: np.arange(12).reshape(3, 4),
-            lambda: np.array(["r3wire.routes", "r3wire.routes"]),
-            lambda: np.float64("nan"),
-            _Hostile,
-            lambda: {"data": "x" * 10**5},
-            lambda: [10**5000] * 3,
-            lambda: (1, 2, 10**5000),
-            lambda: frozenset({1, 2}),
-        ]
-    ).map(lambda make: make()),
+    st.sampled_from(_FOREIGN_MAKERS).map(lambda make: make()),
 )
 FIELDS = ["data", "shape", "dtype", "schema", "version", "num_experts", "bits"]
 
