@@ -11,6 +11,7 @@ import struct
 import tempfile
 import tracemalloc
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import orjson
@@ -21,7 +22,8 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from r3wire.cli import main
-from r3wire.formats import FORMATS, ReadResult, read, read_response, write
+from r3wire.errors import DecodeError
+from r3wire.formats import FORMATS, ReadResult, _fireworks, read, read_response, write
 
 pytestmark = pytest.mark.property
 
@@ -93,6 +95,43 @@ def test_fireworks_bitmap_round_trip(mask: list[bool], layers: int, top_k: int) 
     assert result.mask.tolist() == mask
     assert np.array_equal(result.routes[keep], routes[keep])
     assert not result.routes[~keep].any()
+
+
+@pytest.mark.skipif(zstandard is None, reason="fireworks-r3v1 needs zstandard (the zstd extra)")
+@given(
+    mask=st.lists(st.booleans(), min_size=0, max_size=80),
+    layers=st.integers(1, 3),
+    top_k=st.integers(1, 3),
+    block_bytes=st.integers(1, 40),
+    chunk=st.integers(1, 5),
+    num_experts=st.sampled_from([None, 200]),
+    bad=st.integers(0, 79),
+)
+def test_fireworks_bitmap_blocks_scatter_like_one_pass(
+    *, mask: list[bool], layers: int, top_k: int, block_bytes: int, chunk: int, num_experts: int | None, bad: int
+) -> None:
+    # Tiny blocks and selector chunks: the block-by-block scatter, the chunked mask and the id check spread over
+    # blocks give what one pass over the whole compact matrix gives (same rows, same error).
+    routes = (np.arange(len(mask) * layers * top_k, dtype=np.int32).reshape(len(mask), layers, top_k) * 7) % 199
+    if bad < len(mask):
+        routes[bad, -1, -1] = 250  # the one id at or above num_experts=200
+    keep = np.array(mask, dtype=bool)
+    payload = write(routes, "fireworks-r3v1", mask=keep, dtype="uint16")
+    with (
+        mock.patch.object(_fireworks, "_BLOCK_BYTES", block_bytes),
+        mock.patch.object(_fireworks, "_SKIP_CHUNK", chunk),
+    ):
+        outcome = decoded_or_none(lambda: read(payload, num_layers=layers, top_k=top_k, num_experts=num_experts))
+        if num_experts is not None and bad < len(mask) and mask[bad]:
+            assert outcome is None
+            with pytest.raises(DecodeError) as info:
+                read(payload, num_layers=layers, top_k=top_k, num_experts=num_experts)
+            assert info.value.field == f"matrix[{sum(mask[:bad])}, {layers - 1}, {top_k - 1}]"
+            return
+    assert outcome is not None
+    assert outcome.mask is not None
+    assert outcome.mask.tolist() == mask
+    assert np.array_equal(outcome.routes, np.where(keep[:, None, None], routes, 0))
 
 
 # --- the fuzzing promise --------------------------------------------------------------------------------------

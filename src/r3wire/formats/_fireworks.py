@@ -5,8 +5,9 @@ Layout from eval-protocol/python-sdk ``eval_protocol/adapters/r3_deserializer.py
 The header carries no layer count or top-k: the caller supplies both. Fireworks counts MoE layers only.
 
 Decompression is bounded: a frame declaring more than :data:`MAX_DECOMPRESSED_BYTES` is refused before it is
-decompressed, the r3/v1 header is read first, and then exactly the bytes it declares are decompressed, in
-chunks, so a small payload can never make the reader allocate more than it actually inflates to.
+decompressed, the r3/v1 header is read first, and its claims are checked against ``max_elements`` before the
+output is allocated. The matrices are then inflated straight into that output (BITMAP: in bounded token blocks
+scattered into the dense rows), so a read peaks at the arrays it returns plus a few chunks.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from r3wire.formats._common import (
     ReadOptions,
     ReadResult,
     WriteOptions,
-    array_from_buffer,
     b64_decoded_length,
     check_ids,
     choose_dtype,
+    first_index,
     prepared_routes,
     text_of,
 )
@@ -63,6 +64,8 @@ MAX_DECOMPRESSED_BYTES: Final = 1 << 30
 _U32: Final = (1 << 32) - 1
 _FIRST_CHUNK: Final = 1 << 16
 _SKIP_CHUNK: Final = 1 << 16
+# The most a BITMAP read holds besides its output: one block of compact rows (and its int64 row indices).
+_BLOCK_BYTES: Final = 1 << 20
 # RFC 8878 §3.1.2: skippable frames start 0x184D2A50..0x184D2A5F (little-endian), then a u32 frame size.
 SKIPPABLE_MAGIC_TAIL: Final = b"\x2a\x4d\x18"
 _SKIPPABLE_HEADER: Final = struct.Struct("<II")
@@ -87,12 +90,30 @@ class _Inflater:
         self._zstd = zstd
         self._reader = zstd.ZstdDecompressor().stream_reader(io.BytesIO(compressed), read_across_frames=True)
 
-    def read(self, nbytes: int, what: str) -> bytearray:
+    def read(self, nbytes: int, what: str, offset: int = 0, whole: int | None = None) -> bytearray:
+        """``nbytes`` of the stream (a chunk, at most :data:`_SKIP_CHUNK` of them, or the header), growing the
+        buffer only as data arrives. ``offset`` and ``whole`` place the chunk in ``what`` for the error."""
         out = bytearray()
         while len(out) < nbytes:
             want = min(nbytes - len(out), max(_FIRST_CHUNK, len(out)))
-            out += self._chunk(want, nbytes, len(out), what)
+            out += self._chunk(want, nbytes if whole is None else whole, offset + len(out), what)
         return out
+
+    def read_into(self, out: np.ndarray[Any, Any], what: str, offset: int = 0, whole: int | None = None) -> None:
+        """Fill the C-contiguous array ``out`` with the next ``out.nbytes`` of the stream, decompressed in place:
+        no buffer besides ``out`` itself. ``offset`` and ``whole`` place ``out`` in ``what`` for the error."""
+        view = out.reshape(-1).view(np.uint8).data
+        done = 0
+        while done < len(view):
+            got = self._call_into(view[done:])
+            if not got:
+                raise DecodeError.make(
+                    "payload",
+                    f"{len(view) if whole is None else whole} bytes of {what} after decompression",
+                    f"{offset + done} bytes",
+                    raw=True,
+                )
+            done += got
 
     def skip(self, nbytes: int, what: str) -> None:
         """Decompress and drop ``nbytes``, holding at most one chunk at a time."""
@@ -110,6 +131,12 @@ class _Inflater:
                 "payload", f"{nbytes} bytes of {what} after decompression", f"{done} bytes", raw=True
             )
         return chunk
+
+    def _call_into(self, view: memoryview) -> int:
+        try:
+            return int(self._reader.readinto(view))
+        except self._zstd.ZstdError as exc:
+            raise DecodeError.make("payload", "a valid zstd stream", str(exc), raw=True) from exc
 
     def _call(self, method: Any, *args: Any) -> bytes:
         try:
@@ -227,27 +254,98 @@ def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
             f"a header declaring {HEADER.size + body_len}",
             raw=True,
         )
-    selector = None
-    if mode == SELECTOR_BITMAP:
-        selector = inflater.read(selector_len, "selector")
-    else:
+    native = dtype.newbyteorder("=")
+    if mode != SELECTOR_BITMAP:
         inflater.skip(selector_len, "selector")  # meaningless in ALL and SUFFIX mode: never held in memory
-    body = inflater.read(matrix_len, "matrices")
+        routes = np.empty((replayed, num_layers, top_k), dtype=native)
+        inflater.read_into(routes, "matrices")
+        _check_end(inflater)
+        if not dtype.isnative:
+            routes.byteswap(inplace=True)
+        check_ids(routes, "matrix", num_experts=opts.num_experts)
+        start = first if mode == SELECTOR_SUFFIX else None
+        return ReadResult(routes=routes, format="fireworks-r3v1", start=start, total_tokens=total)
+    mask = _read_mask(inflater, total)
+    set_bits = int(np.count_nonzero(mask))
+    # Rows only when the selector agrees with the header; otherwise the matrices are still inflated (and their
+    # ids checked) block by block, so the errors come in the same order as ever.
+    dense = np.zeros((total, num_layers, top_k), dtype=native) if set_bits == replayed else None
+    _scatter_matrices(inflater, mask, dense, (replayed, num_layers, top_k), dtype, num_experts=opts.num_experts)
+    if dense is None:
+        raise _field_error("selector", f"{replayed} set bits (replayed_token_count)", set_bits)
+    return ReadResult(routes=dense, format="fireworks-r3v1", mask=mask, total_tokens=total)
+
+
+def _check_end(inflater: _Inflater) -> None:
     if not inflater.at_end():
         raise DecodeError.make("payload", "nothing after the declared matrices", "more data", raw=True)
-    matrix = array_from_buffer(body, dtype, (replayed, num_layers, top_k))
-    check_ids(matrix, "matrix", num_experts=opts.num_experts)
-    if selector is None:
-        start = first if mode == SELECTOR_SUFFIX else None
-        return ReadResult(routes=matrix, format="fireworks-r3v1", start=start, total_tokens=total)
-    # One byte per token, the size of the mask returned: no 8x bit-per-byte temporary, no second bool copy.
-    mask = np.unpackbits(np.frombuffer(selector, dtype=np.uint8), count=total, bitorder="little").view(np.bool_)
-    set_bits = int(np.count_nonzero(mask))
-    if set_bits != replayed:
-        raise _field_error("selector", f"{replayed} set bits (replayed_token_count)", set_bits)
-    routes = np.zeros((total, num_layers, top_k), dtype=dtype.newbyteorder("="))
-    routes[mask] = matrix
-    return ReadResult(routes=routes, format="fireworks-r3v1", mask=mask, total_tokens=total)
+
+
+def _read_mask(inflater: _Inflater, total: int) -> np.ndarray[Any, Any]:
+    """The BITMAP selector as one bool per token (the mask returned), unpacked a chunk at a time: never the
+    whole packed selector, never an 8x bit-per-byte temporary beyond one chunk."""
+    selector_len = -(-total // 8)
+    mask = np.empty(total, dtype=np.bool_)
+    done = 0
+    while done < selector_len:
+        chunk = inflater.read(min(selector_len - done, _SKIP_CHUNK), "selector", done, selector_len)
+        bits = np.unpackbits(np.frombuffer(chunk, dtype=np.uint8), bitorder="little")
+        start = done * 8
+        take = min(len(bits), total - start)
+        mask[start : start + take] = bits[:take].view(np.bool_)
+        done += len(chunk)
+    return mask
+
+
+def _scatter_matrices(
+    inflater: _Inflater,
+    mask: np.ndarray[Any, Any],
+    routes: np.ndarray[Any, Any] | None,
+    shape: tuple[int, int, int],
+    dtype: np.dtype[Any],
+    *,
+    num_experts: int | None,
+) -> None:
+    """Inflate the compact ``[replayed, layers, top_k]`` matrices in bounded blocks, scattering each block into
+    the rows of ``routes`` the mask selects (when given), then check the stream ends and every id is below
+    ``num_experts``, naming the first bad one by its compact index and the highest, as :func:`check_ids` does."""
+    replayed, num_layers, top_k = shape
+    row_bytes = max(1, num_layers * top_k * dtype.itemsize)
+    block_rows = max(1, min(_BLOCK_BYTES // row_bytes, _BLOCK_BYTES // 8))
+    buffer = np.empty((min(block_rows, replayed), num_layers, top_k), dtype=dtype.newbyteorder("="))
+    positions = np.flatnonzero(mask[:0])
+    token = 0
+    high = 0
+    first_bad: list[int] | None = None
+    done = 0
+    while done < replayed:
+        count = min(block_rows, replayed - done)
+        block = buffer[:count]
+        inflater.read_into(block, "matrices", done * row_bytes, replayed * row_bytes)
+        if not dtype.isnative:
+            block.byteswap(inplace=True)
+        if num_experts is not None and block.size:
+            high = max(high, int(block.max()))
+            if first_bad is None and high >= num_experts:
+                first_bad = first_index(block >= num_experts)
+                first_bad[0] += done
+        if routes is not None:
+            # The selector has exactly `replayed` set bits here: walk it in token windows until this block's
+            # rows are placed, holding at most one window of positions.
+            placed = 0
+            while placed < count:
+                if not len(positions):
+                    positions = np.flatnonzero(mask[token : token + block_rows]) + token
+                    token += block_rows
+                    continue
+                take = min(count - placed, len(positions))
+                routes[positions[:take]] = block[placed : placed + take]
+                positions = positions[take:]
+                placed += take
+        done += count
+    _check_end(inflater)
+    if first_bad is not None:
+        raise DecodeError.make(f"matrix{first_bad}", f"an expert id below num_experts={num_experts}", high)
 
 
 def write_fireworks(routes: object, opts: WriteOptions) -> str:
