@@ -228,18 +228,21 @@ def main(argv: list[str] | None = None) -> int:
         return pad_routes(finished, token_lengths=[rows + 1] * batch, num_experts=n_experts, out=stitched_warm)
 
     def concatenate_batch() -> object:
-        # The least an assembler must do: concatenate each trajectory's new rows, then copy them into the batch.
+        # The least an assembler must do: concatenate each trajectory's new rows and hold them until the batch is
+        # formed (rollouts finish at different times; a trainer keeps every finished trajectory until the last
+        # one ends), then copy them into the batch. Holding them is what costs fresh pages, for both sides.
         quarter = rows // 4
         bounds = [(t * quarter, rows if t == 3 else (t + 1) * quarter) for t in range(4)]
-        for i, sample in enumerate(samples):
-            np.copyto(stitched_warm[i, :rows], np.concatenate([sample[a:b] for a, b in bounds]))
+        finished = [np.concatenate([sample[a:b] for a, b in bounds]) for sample in samples]
+        for i, trajectory in enumerate(finished):
+            np.copyto(stitched_warm[i, :rows], trajectory)
         return stitched_warm
 
     stitched_warm = np.empty((batch, rows + 1, layers, top_k), dtype=np.uint8)
     measure(
         "RouteTrace(token_ids) x batch, 4 turns each, then pad_routes(out=buf)",
         stitch_batch,
-        "np.concatenate(turns) x batch, np.copyto(buf)",
+        "np.concatenate(turns), held; np.copyto(buf)",
         concatenate_batch,
     )
 

@@ -724,6 +724,9 @@ class RouteTrace:
     __slots__ = (
         "_buf",
         "_conflicts",
+        "_expected",
+        "_fixed",
+        "_limit",
         "_max_elements",
         "_n_tokens",
         "_num_experts",
@@ -746,6 +749,14 @@ class RouteTrace:
         """
         self._num_experts = optional_num_experts(num_experts)
         self._max_elements = optional_max_elements(max_elements)
+        # A fixed dtype's id bound and its message are the same for every add: computed once, not per call.
+        self._fixed: np.dtype[Any] | None = None
+        self._limit = 0
+        self._expected = ""
+        if self._num_experts is not None:
+            self._fixed = route_dtype(self._num_experts)
+            self._limit = _id_limit(self._fixed, self._num_experts)
+            self._expected = _range_expected(self._fixed, self._num_experts)
         self._buf: Array | None = None
         self._rows = 0
         self._tokens: Array | None = None
@@ -762,8 +773,8 @@ class RouteTrace:
     @property
     def dtype(self) -> np.dtype[Any] | None:
         """The trace's dtype: fixed by ``num_experts``, else the widest call dtype so far (``None`` before any)."""
-        if self._num_experts is not None:
-            return route_dtype(self._num_experts)
+        if self._fixed is not None:
+            return self._fixed
         return None if self._buf is None else self._buf.dtype
 
     @property
@@ -818,6 +829,7 @@ class RouteTrace:
         keep = check_int(rows, "rows", minimum=0, maximum=limit, error=R3WireError)
         branch = RouteTrace.__new__(RouteTrace)
         branch._num_experts, branch._max_elements = self._num_experts, self._max_elements
+        branch._fixed, branch._limit, branch._expected = self._fixed, self._limit, self._expected
         branch._rows = min(keep, self._rows)
         branch._buf = None if self._buf is None else self._buf[: branch._rows].copy()
         branch._n_tokens = keep if self._tokens is not None else 0
@@ -856,7 +868,12 @@ class RouteTrace:
                 (row and layer named). The trace is unchanged when this is raised.
         """
         arr = _as_routes(routes, "routes")
-        begin = check_int(start, "start", minimum=0, maximum=MAX_DIM, error=R3WireError)
+        # A plain in-range int (never a bool: ``type`` is exact) is what check_int would return; skip its call.
+        begin = (
+            start
+            if type(start) is int and 0 <= start <= MAX_DIM
+            else check_int(start, "start", minimum=0, maximum=MAX_DIM, error=R3WireError)
+        )
         if on_conflict is not None and on_conflict not in _CONFLICT_POLICIES:
             raise _fail("on_conflict", "'keep', 'replace', 'raise' or None", describe(on_conflict))
         tokens = None if token_ids is None else _as_tokens(token_ids, "token_ids")
@@ -880,12 +897,15 @@ class RouteTrace:
         end = begin + arr.shape[0]
         if tokens is not None:
             self._check_tokens(tokens, begin, end)
-        dtype = self._dtype_with(arr)
-        if self._num_experts is not None:
-            _check_filler(arr.shape[2], dtype, self._num_experts, "routes.shape[2]")
-        _check_range(
-            arr, _id_limit(dtype, self._num_experts), "routes", expected=_range_expected(dtype, self._num_experts)
-        )
+        dtype = self._fixed
+        if dtype is not None:
+            if buf is None:
+                # Later calls share this top_k (checked above) and the fixed dtype: the filler check holds for them.
+                _check_filler(arr.shape[2], dtype, self._num_experts, "routes.shape[2]")
+            _check_range(arr, self._limit, "routes", expected=self._expected)
+        else:
+            dtype = self._dtype_with(arr)
+            _check_range(arr, _id_limit(dtype, None), "routes", expected=_range_expected(dtype, None))
         new_tokens = 0 if tokens is None else max(tokens.shape[0], self._n_tokens)
         check_element_count((max(end, self._rows), *arr.shape[1:]), self._max_elements, "trace")
         check_element_count((new_tokens,), self._max_elements, "token_ids")
@@ -938,8 +958,8 @@ class RouteTrace:
             )
 
     def _dtype_with(self, arr: Array) -> np.dtype[Any]:
-        if self._num_experts is not None:
-            return route_dtype(self._num_experts)
+        if self._fixed is not None:
+            return self._fixed
         return _native(arr.dtype) if self._buf is None else _promote(self._buf.dtype, arr.dtype)
 
     def _reserve(self, end: int, row_shape: tuple[int, ...], dtype: np.dtype[Any]) -> Array:
