@@ -27,7 +27,8 @@ def _routes(dtype: str) -> np.ndarray[Any, Any]:
     high = 256 if dtype == "uint8" else 65536
     rows = (np.arange(61 * LAYERS * TOP_K, dtype=np.uint64) * 2654435761 >> 7) % high
     period = rows.astype(dtype).reshape(61, LAYERS, TOP_K)
-    return period[np.arange(TOKENS) % 61]
+    routes: np.ndarray[Any, Any] = period[np.arange(TOKENS) % 61]
+    return routes
 
 
 def _payload(mode: str, routes: np.ndarray[Any, Any]) -> tuple[str, np.ndarray[Any, Any] | None]:
