@@ -14,7 +14,7 @@ from typing import Any
 
 from r3wire.errors import DecodeError
 
-__all__ = ["BACKEND", "b64decode_strict", "b64encode_bytes", "b64encode_text", "encoded_length"]
+__all__ = ["BACKEND", "b64decode_strict", "b64encode_bytes", "b64encode_text", "check_encoded_length", "encoded_length"]
 
 _pybase64: Any
 try:
@@ -67,6 +67,22 @@ def _ascii(text: str | bytes | bytearray | memoryview, field: str) -> bytes | by
     raise DecodeError.make(field, "a base64 string", type(text).__name__, raw=True)
 
 
+def check_encoded_length(text: str | bytes | bytearray | memoryview, nbytes: int, field: str) -> None:
+    """Check that ``text`` has exactly the padded base64 length of ``nbytes`` bytes, before anything is decoded.
+
+    Raises:
+        DecodeError: naming ``field``, with both lengths.
+    """
+    expected = encoded_length(nbytes)
+    if len(text) != expected:
+        raise DecodeError.make(
+            field,
+            f"{expected} base64 characters ({nbytes} bytes for the declared shape and dtype)",
+            f"{len(text)} characters",
+            raw=True,
+        )
+
+
 def b64decode_strict(
     text: str | bytes | bytearray | memoryview, nbytes: int, *, field: str = "data"
 ) -> bytearray | bytes:
@@ -82,14 +98,7 @@ def b64decode_strict(
         DecodeError: the text is not the canonical base64 of ``nbytes`` bytes.
     """
     checked = _ascii(text, field)
-    expected_len = encoded_length(nbytes)
-    if len(checked) != expected_len:
-        raise DecodeError.make(
-            field,
-            f"{expected_len} base64 characters ({nbytes} bytes for the declared shape and dtype)",
-            f"{len(checked)} characters",
-            raw=True,
-        )
+    check_encoded_length(checked, nbytes, field)
     if nbytes == 0:
         return bytearray()
     tail = checked[-4:]

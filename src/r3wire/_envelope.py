@@ -15,7 +15,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from r3wire._base64 import b64decode_strict, b64encode_text, encoded_length
+from r3wire._base64 import b64decode_strict, b64encode_text, check_encoded_length
 from r3wire._routecheck import ROUTES_MIN_DIMS, check_bits, check_declared, check_num_experts
 from r3wire._validate import check_element_count, check_keys, check_shape
 from r3wire.bitpack import packed_nbytes, unpack_bits
@@ -235,14 +235,7 @@ def _check_text_length(data: object, nbytes: int) -> None:
         raise DecodeError.make(KEY_DATA, "a base64 string", f"a memoryview of format {data.format!r}", raw=True)
     if not isinstance(data, (str, bytes, bytearray, memoryview)):
         raise DecodeError.make(KEY_DATA, "a base64 string", type(data).__name__, raw=True)
-    expected = encoded_length(nbytes)
-    if len(data) != expected:
-        raise DecodeError.make(
-            KEY_DATA,
-            f"{expected} base64 characters ({nbytes} bytes for the declared shape and dtype)",
-            f"{len(data)} characters",
-            raw=True,
-        )
+    check_encoded_length(data, nbytes, KEY_DATA)
 
 
 def _check_raw_length(data: object, nbytes: int, count: int, packing: int | str) -> None:

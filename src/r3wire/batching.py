@@ -22,7 +22,7 @@ A trainer holds one ragged ``[rows_i, layers, top_k]`` array per trajectory and 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any, Final, Literal
 
@@ -86,19 +86,32 @@ def _is_sequence(value: object) -> bool:
     )
 
 
-def _samples(samples: object, field: str = "samples") -> list[Array]:
+def _uniform(
+    samples: object,
+    field: str,
+    what: str,
+    convert: Callable[[object, str], Array],
+    expected_shape: Callable[[Array], str],
+) -> list[Array]:
+    """``samples`` converted one by one, all with the trailing shape of the first (a batch shares it)."""
     if not _is_sequence(samples):
-        raise _fail(field, "a sequence of [rows, layers, top_k] arrays", type(samples).__name__)
+        raise _fail(field, what, type(samples).__name__)
     assert isinstance(samples, (Sequence, np.ndarray))
-    arrays = [_as_routes(sample, f"{field}[{i}]") for i, sample in enumerate(samples)]
+    arrays = [convert(sample, f"{field}[{i}]") for i, sample in enumerate(samples)]
     for i, arr in enumerate(arrays[1:], start=1):
         if arr.shape[1:] != arrays[0].shape[1:]:
-            raise _fail(
-                f"{field}[{i}].shape",
-                f"[rows, {arrays[0].shape[1]}, {arrays[0].shape[2]}] (layers and top_k of samples[0])",
-                f"{list(arr.shape)}",
-            )
+            raise _fail(f"{field}[{i}].shape", expected_shape(arrays[0]), f"{list(arr.shape)}")
     return arrays
+
+
+def _samples(samples: object, field: str = "samples") -> list[Array]:
+    return _uniform(
+        samples,
+        field,
+        "a sequence of [rows, layers, top_k] arrays",
+        _as_routes,
+        lambda first: f"[rows, {first.shape[1]}, {first.shape[2]}] (layers and top_k of {field}[0])",
+    )
 
 
 def _batch_dtype(arrays: Sequence[Array], n_experts: int | None) -> np.dtype[Any]:
@@ -552,17 +565,13 @@ def pad_sequences(
             in ``rest`` or in kind, a length, offset or ``max_len`` is inconsistent, the output exceeds
             ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match.
     """
-    if not _is_sequence(values):
-        raise _fail("values", "a sequence of per-token arrays", type(values).__name__)
-    assert isinstance(values, (Sequence, np.ndarray))
-    arrays = [_as_values(sample, f"values[{i}]") for i, sample in enumerate(values)]
-    for i, arr in enumerate(arrays[1:], start=1):
-        if arr.shape[1:] != arrays[0].shape[1:]:
-            raise _fail(
-                f"values[{i}].shape",
-                f"[n{''.join(f', {d}' for d in arrays[0].shape[1:])}] (the trailing shape of values[0])",
-                f"{list(arr.shape)}",
-            )
+    arrays = _uniform(
+        values,
+        "values",
+        "a sequence of per-token arrays",
+        _as_values,
+        lambda first: f"[n{''.join(f', {d}' for d in first.shape[1:])}] (the trailing shape of values[0])",
+    )
     counts = [arr.shape[0] for arr in arrays]
     if arrays:
         # The decoders' shape bound. Samples share every dimension but the first, so the sample with the most
