@@ -256,6 +256,22 @@ function main(argv) {
   let passed = 0;
   let failed = 0;
   let skipped = 0;
+  // Runs one case and counts its outcome; true when it passed.
+  const tally = (label, run) => {
+    try {
+      const outcome = run();
+      if (outcome === "passed") {
+        passed++;
+        return true;
+      }
+      console.log(`skip ${label}: ${outcome.slice("skipped: ".length)}`);
+      skipped++;
+    } catch (error) {
+      console.log(`FAIL ${label}: ${error.message}`);
+      failed++;
+    }
+    return false;
+  };
   const docs = [];
   for (const file of files) {
     try {
@@ -285,20 +301,7 @@ function main(argv) {
     if (id === "responses") {
       let fileCases = 0;
       for (const c of doc.cases) {
-        const label = `${name} ${c.name}`;
-        try {
-          const outcome = runResponseCase(c);
-          if (outcome === "passed") {
-            passed++;
-            fileCases++;
-          } else {
-            console.log(`skip ${label}: ${outcome.slice("skipped: ".length)}`);
-            skipped++;
-          }
-        } catch (error) {
-          console.log(`FAIL ${label}: ${error.message}`);
-          failed++;
-        }
+        if (tally(`${name} ${c.name}`, () => runResponseCase(c))) fileCases++;
       }
       console.log(`ok   ${name}: ${fileCases} cases (whole responses)`);
       continue;
@@ -307,9 +310,7 @@ function main(argv) {
     if (kind === undefined) {
       const why =
         NOT_HERE[id] ??
-        (id === "responses"
-          ? "whole engine responses (read_response) are not implemented by the JavaScript decoder"
-          : `${doc.format !== undefined ? `another engine's format (${doc.format})` : `kind ${id}`} is not implemented by the JavaScript decoder`);
+        `${doc.format !== undefined ? `another engine's format (${doc.format})` : `kind ${id}`} is not implemented by the JavaScript decoder`;
       console.log(`skip ${name}: ${why}`);
       continue;
     }
@@ -322,19 +323,7 @@ function main(argv) {
           skipped++;
           continue;
         }
-        try {
-          const outcome = runCase(kind, c, verdict);
-          if (outcome === "passed") {
-            passed++;
-            fileCases++;
-          } else {
-            console.log(`skip ${label}: ${outcome.slice("skipped: ".length)}`);
-            skipped++;
-          }
-        } catch (error) {
-          console.log(`FAIL ${label}: ${error.message}`);
-          failed++;
-        }
+        if (tally(label, () => runCase(kind, c, verdict))) fileCases++;
       }
     }
     console.log(`ok   ${name}: ${fileCases} cases (${id})`);
