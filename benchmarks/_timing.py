@@ -1,10 +1,16 @@
-"""Timing shared by the benchmark scripts (run as ``python benchmarks/<script>.py``, so this is importable)."""
+"""Timing and the machine record shared by the benchmark scripts (run as ``python benchmarks/<script>.py``, so this
+is importable)."""
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+import platform
 import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 
 def median_ms(fn: Callable[[], object], repeat: int) -> float:
@@ -19,3 +25,40 @@ def median_ms(fn: Callable[[], object], repeat: int) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times) * 1e3
+
+
+def package_version(dist: str) -> str | None:
+    """The installed version of distribution ``dist``, or None."""
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def describe_machine() -> dict[str, Any]:
+    """The CPU, CPU counts, memory, load average, OS and Python a benchmark ran on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    memory = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal"):
+                memory = f"{int(line.split()[1]) / 1024**2:.1f} GiB"
+    except OSError:
+        pass
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {
+        "cpu": cpu,
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": affinity,
+        "memory": memory,
+        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "os": platform.platform(),
+        "python": f"{platform.python_implementation()} {platform.python_version()}",
+    }

@@ -36,10 +36,8 @@ repetition changes no size or time). Medians of at least 3 timed runs per cell, 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import gc
-import importlib.metadata
 import json
 import os
 import platform
@@ -55,6 +53,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from _timing import describe_machine, package_version
 
 import r3wire
 from r3wire._base64 import BACKEND
@@ -520,30 +519,17 @@ def check_targets(tables: dict[str, list[Cell]], sweep: list[Cell], sources: dic
     return found
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def describe() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError, StopIteration):
-        cpu = next(
-            line.split(":", 1)[1].strip()
-            for line in Path("/proc/cpuinfo").read_text().splitlines()
-            if line.startswith("model name")
-        )
+    machine = describe_machine()
     return {
-        "cpu": cpu,
-        "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        "cpu": machine["cpu"],
+        "usable_cpus": machine["usable_cpus"] or machine["logical_cpus"],
+        "load_average_at_start": machine["load_average_at_start"],
         "python": platform.python_version(),
         "r3wire": r3wire.__version__,
         "numpy": np.__version__,
-        "orjson": _version("orjson"),
-        "pybase64": _version("pybase64"),
+        "orjson": package_version("orjson"),
+        "pybase64": package_version("pybase64"),
         "base64_backend": BACKEND,
     }
 

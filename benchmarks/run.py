@@ -22,10 +22,8 @@ import argparse
 import base64
 import functools
 import gc
-import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from _timing import describe_machine, package_version
 
 import r3wire
 from r3wire._base64 import BACKEND
@@ -452,48 +451,13 @@ def run_without_fast(args: argparse.Namespace, names: Sequence[str]) -> dict[str
 # ---------------------------------------------------------------------------------------------------- reporting
 
 
-def _version(dist: str) -> str | None:
-    try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def describe_machine() -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    memory = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal"):
-                memory = f"{int(line.split()[1]) / 1024**2:.1f} GiB"
-    except OSError:
-        pass
-    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
-    return {
-        "cpu": cpu,
-        "logical_cpus": os.cpu_count(),
-        "usable_cpus": affinity,
-        "memory": memory,
-        "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
-        "os": platform.platform(),
-        "python": f"{platform.python_implementation()} {platform.python_version()}",
-    }
-
-
 def versions() -> dict[str, str | None]:
     return {
         "r3wire": r3wire.__version__,
         "numpy": np.__version__,
-        "orjson": _version("orjson"),
-        "pybase64": _version("pybase64"),
-        "msgpack": _version("msgpack"),
+        "orjson": package_version("orjson"),
+        "pybase64": package_version("pybase64"),
+        "msgpack": package_version("msgpack"),
         "r3wire_base64_backend": BACKEND,
     }
 
