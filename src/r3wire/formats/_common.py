@@ -16,6 +16,7 @@ import numpy as np
 from r3wire._arraylike import as_numpy
 from r3wire._base64 import b64decode_strict, b64encode_text
 from r3wire._envelope import to_wire_bytes
+from r3wire._routecheck import first_index
 from r3wire._validate import check_element_count, load_json
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.schema import WIRE_DTYPES
@@ -178,11 +179,6 @@ def array_from_buffer(
         # The stdlib base64 back end returns immutable bytes; pybase64 decodes into a bytearray, no copy.
         array = array.copy()
     return array.reshape(tuple(shape))
-
-
-def first_index(mask: np.ndarray[Any, Any]) -> list[int]:
-    """The index of the first true element of ``mask``, as a list for error messages."""
-    return [int(i) for i in np.argwhere(mask)[0]]
 
 
 def check_ids(
