@@ -21,6 +21,7 @@ A trainer holds one ragged ``[rows_i, layers, top_k]`` array per trajectory and 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from itertools import pairwise
@@ -30,7 +31,15 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._routecheck import ROUTES_MIN_DIMS, optional_num_experts
-from r3wire._validate import MAX_DIM, check_element_count, check_int, check_shape, is_int, optional_max_elements
+from r3wire._validate import (
+    MAX_DIM,
+    MAX_EXTENT,
+    check_element_count,
+    check_int,
+    check_shape,
+    is_int,
+    optional_max_elements,
+)
 from r3wire.errors import R3WireError, describe
 from r3wire.routes import route_dtype
 
@@ -39,6 +48,7 @@ __all__ = ["RouteTrace", "pack_routes", "pad_routes", "pad_sequences", "unpack_r
 _NDIM = 3
 _EMPTY_DTYPE = np.dtype(np.uint8)  # an empty batch has no sample to take a dtype from; uint8 as on the wire
 _INT64_MAX: Final = int(np.iinfo(np.int64).max)
+_INT64: Final = np.dtype(np.int64)
 
 Array = np.ndarray[Any, Any]
 Fill = Literal["arange", "balanced"]
@@ -125,9 +135,16 @@ def _batch_dtype(arrays: Sequence[Array], n_experts: int | None) -> np.dtype[Any
     return dtype
 
 
+@functools.lru_cache(maxsize=64)
+def _int_bounds(dtype: np.dtype[Any]) -> tuple[int, int]:
+    """``(min, max)`` of an integer dtype. np.iinfo builds a new object per call (measurable in RouteTrace.add)."""
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
+
+
 def _id_limit(dtype: np.dtype[Any], n_experts: int | None) -> int:
     """The largest id a batch of ``dtype`` may hold: ``num_experts - 1`` when known, else the dtype's maximum."""
-    return int(np.iinfo(dtype).max) if n_experts is None else n_experts - 1
+    return _int_bounds(dtype)[1] if n_experts is None else n_experts - 1
 
 
 def _check_filler(top_k: int, dtype: np.dtype[Any], n_experts: int | None, field: str) -> None:
@@ -146,23 +163,31 @@ def _check_range(arr: Array, limit: int, field: str, *, expected: str) -> None:
     """Refuse any id outside ``0 .. limit``; read the array only when its dtype could hold such an id."""
     if arr.size == 0:
         return
-    info = np.iinfo(arr.dtype)
-    if info.min < 0:
+    dtype_min, dtype_max = _int_bounds(arr.dtype)
+    if dtype_min < 0:
         low = int(arr.min())
         if low < 0:
             first = [int(i) for i in np.argwhere(arr < 0)[0]]
             raise _fail(_where(field, first), "a non-negative expert id", int(arr[tuple(first)]))
-    if info.max > limit:
+    if dtype_max > limit:
         high = int(arr.max())
         if high > limit:
             first = [int(i) for i in np.argwhere(arr > limit)[0]]
             raise _fail(_where(field, first), expected, int(arr[tuple(first)]))
 
 
+@functools.lru_cache(maxsize=64)
+def _fixed_bounds(n_experts: int) -> tuple[np.dtype[Any], int, str, bool]:
+    """A fixed-dtype trace's dtype, id limit, range message and whether the dtype holds ids past the limit."""
+    dtype = route_dtype(n_experts)
+    limit = _id_limit(dtype, n_experts)
+    return dtype, limit, _range_expected(dtype, n_experts), _int_bounds(dtype)[1] > limit
+
+
 def _range_expected(dtype: np.dtype[Any], n_experts: int | None) -> str:
     if n_experts is not None:
         return f"an expert id below num_experts={n_experts}"
-    return f"an expert id that fits the batch dtype {dtype.name} (<= {np.iinfo(dtype).max})"
+    return f"an expert id that fits the batch dtype {dtype.name} (<= {_int_bounds(dtype)[1]})"
 
 
 def _check_distinct(arr: Array, field: str) -> None:
@@ -735,6 +760,7 @@ class RouteTrace:
         "_conflicts",
         "_expected",
         "_fixed",
+        "_high",
         "_limit",
         "_max_elements",
         "_n_tokens",
@@ -762,10 +788,9 @@ class RouteTrace:
         self._fixed: np.dtype[Any] | None = None
         self._limit = 0
         self._expected = ""
+        self._high = False  # ids can exceed the limit in the fixed dtype: the range check reads them
         if self._num_experts is not None:
-            self._fixed = route_dtype(self._num_experts)
-            self._limit = _id_limit(self._fixed, self._num_experts)
-            self._expected = _range_expected(self._fixed, self._num_experts)
+            self._fixed, self._limit, self._expected, self._high = _fixed_bounds(self._num_experts)
         self._buf: Array | None = None
         self._rows = 0
         self._tokens: Array | None = None
@@ -839,6 +864,7 @@ class RouteTrace:
         branch = RouteTrace.__new__(RouteTrace)
         branch._num_experts, branch._max_elements = self._num_experts, self._max_elements
         branch._fixed, branch._limit, branch._expected = self._fixed, self._limit, self._expected
+        branch._high = self._high
         branch._rows = min(keep, self._rows)
         branch._buf = None if self._buf is None else self._buf[: branch._rows].copy()
         branch._n_tokens = keep if self._tokens is not None else 0
@@ -876,6 +902,8 @@ class RouteTrace:
                 tokens are named), the trace exceeding ``max_elements``, or conflicting rows under ``"raise"``
                 (row and layer named). The trace is unchanged when this is raised.
         """
+        if self._add_common(routes, start, token_ids, on_conflict):
+            return
         arr = _as_routes(routes, "routes")
         # A plain in-range int (never a bool: ``type`` is exact) is what check_int would return; skip its call.
         begin = (
@@ -945,6 +973,85 @@ class RouteTrace:
         if tokens is not None:
             self._record_tokens(tokens)
         self._verified = tokens is not None
+
+    def _add_common(self, routes: object, start: object, token_ids: object, on_conflict: object) -> bool:
+        """Record the common call, or change nothing and return False: :meth:`add` then decides as it always does.
+
+        The common call passes every check: a NumPy array of the trace's dtype, a plain int ``start`` with no
+        gap, and no conflicting row. For a few hundred rows NumPy's fixed cost per call outweighs the bytes
+        (measured), so this makes few calls, each on only the bytes that decide: overlap rows are compared byte
+        for byte, and rows (or tokens) equal to recorded ones hold checked values, so only those past the
+        recorded ones are range-checked. Anything else, an error included, takes the general path in full.
+        """
+        if type(routes) is not np.ndarray or type(start) is not int:
+            return False
+        if on_conflict is not None and on_conflict not in _CONFLICT_POLICIES:
+            return False
+        buf = self._buf
+        dtype = self._fixed if self._fixed is not None else (None if buf is None else buf.dtype)
+        if dtype is None or routes.dtype != dtype or routes.ndim != _NDIM:
+            return False
+        n, layers, top_k = routes.shape
+        if buf is None:
+            # The first call of a fixed-dtype trace: what _as_routes and the filler check require of its shape.
+            if layers < 1 or top_k < 1 or top_k - 1 > self._limit:
+                return False
+        elif layers != buf.shape[1] or top_k != buf.shape[2]:
+            return False
+        per_row = layers * top_k
+        # _rows <= the buffer's allocated rows, so start needs no separate MAX_DIM bound.
+        if max(n, 1) * per_row > MAX_EXTENT or not 0 <= start <= self._rows:
+            return False
+        end = start + n
+        new_tokens = 0
+        tokens: Array | None = None
+        if token_ids is None:
+            if self._verified:
+                return False
+        else:
+            if self._verified is False:
+                return False
+            # An int64 array is what _as_tokens returns, unread: its negative-id check is left for below.
+            unchecked = type(token_ids) is np.ndarray and token_ids.ndim == 1 and token_ids.dtype == _INT64
+            if type(token_ids) is np.ndarray and unchecked:
+                tokens = token_ids
+            else:
+                # Routes, start and on_conflict are valid here: an error _as_tokens raises is add()'s first one too.
+                tokens = _as_tokens(token_ids, "token_ids")
+            count = tokens.shape[0]
+            if end > count:
+                return False
+            common = min(self._n_tokens, count)
+            if common:
+                assert self._tokens is not None
+                if self._tokens[:common].tobytes() != tokens[:common].tobytes():
+                    return False
+            if unchecked and count > common and tokens[common:].min() < 0:
+                return False
+            new_tokens = max(count, self._n_tokens)
+        if max(end, self._rows, 1) * per_row > self._max_elements or max(new_tokens, 1) > self._max_elements:
+            return False
+        overlap = min(self._rows - start, n)
+        new = routes
+        if overlap > 0 and buf is not None:
+            if buf[start : start + overlap].tobytes() != routes[:overlap].tobytes():
+                return False
+            new = routes[overlap:]
+        if new.shape[0]:
+            if self._high and new.max() > self._limit:
+                return False
+            if dtype.kind == "i" and new.min() < 0:
+                return False
+        # Every check passed: from here on the trace changes.
+        if buf is None or end > buf.shape[0]:
+            buf = self._reserve(end, (layers, top_k), dtype)
+        if end > self._rows:
+            buf[self._rows : end] = new
+            self._rows = end
+        if tokens is not None:
+            self._record_tokens(tokens)
+        self._verified = tokens is not None
+        return True
 
     def _check_tokens(self, tokens: Array, begin: int, end: int) -> None:
         if end > tokens.shape[0]:
