@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any, Final, Literal
@@ -235,6 +236,9 @@ def _token_lengths(token_lengths: object, rows: Sequence[int], offsets: Sequence
     if token_lengths is None:
         return [start + n for start, n in zip(starts, rows, strict=True)]
     lengths = _int_list(token_lengths, "token_lengths", len(rows), "one length per sample")
+    # The common case, every length long enough, is checked in one pass in C; the loop below finds the first short one.
+    if all(map(operator.ge, lengths, map(operator.add, starts, rows))):
+        return lengths
     for i, (length, start, n_rows) in enumerate(zip(lengths, starts, rows, strict=True)):
         if length < start + n_rows:
             what = "route rows" if offsets is None else "positions (offset + values)"
@@ -548,6 +552,25 @@ def _fill_value(fill: object, dtype: np.dtype[Any]) -> Array:
     raise _fail("fill", f"a value exactly representable in {dtype.name}", describe(fill))
 
 
+def _same_vectors(values: object) -> list[Array] | None:
+    """``values`` as a list when it is a list or tuple of 1-d NumPy arrays of one bool, integer or float dtype.
+
+    The common batch (one logprob or token-id array per trajectory) then needs none of the per-sample conversion
+    and dtype promotion, which cost more than copying a short sample (measured); ``None`` for anything else.
+    """
+    if type(values) is not list and type(values) is not tuple:
+        return None
+    if not values or type(values[0]) is not np.ndarray:
+        return None
+    dtype = values[0].dtype
+    if dtype.kind not in "biuf":
+        return None
+    for value in values:
+        if type(value) is not np.ndarray or value.ndim != 1 or value.dtype != dtype:
+            return None
+    return list(values)
+
+
 def pad_sequences(
     values: Sequence[Any] | Array,
     *,
@@ -590,13 +613,16 @@ def pad_sequences(
             in ``rest`` or in kind, a length, offset or ``max_len`` is inconsistent, the output exceeds
             ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match.
     """
-    arrays = _uniform(
-        values,
-        "values",
-        "a sequence of per-token arrays",
-        _as_values,
-        lambda first: f"[n{''.join(f', {d}' for d in first.shape[1:])}] (the trailing shape of values[0])",
-    )
+    same = _same_vectors(values)
+    arrays = same
+    if arrays is None:
+        arrays = _uniform(
+            values,
+            "values",
+            "a sequence of per-token arrays",
+            _as_values,
+            lambda first: f"[n{''.join(f', {d}' for d in first.shape[1:])}] (the trailing shape of values[0])",
+        )
     counts = [arr.shape[0] for arr in arrays]
     if arrays:
         # The decoders' shape bound. Samples share every dimension but the first, so the sample with the most
@@ -606,7 +632,9 @@ def pad_sequences(
     starts = None if offsets is None else _int_list(offsets, "offsets", len(arrays), "one offset per sample")
     width, firsts = _layout(counts, token_lengths, starts, side, max_len)
     rest: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
-    if arrays:
+    if same is not None:
+        dtype = _native(same[0].dtype)  # what _values_dtype gives for one dtype, without its per-sample loop
+    elif arrays:
         dtype = _values_dtype(arrays, np.dtype(np.float64))
     elif isinstance(out, np.ndarray):
         dtype = out.dtype
@@ -985,12 +1013,15 @@ class RouteTrace:
         """
         if type(routes) is not np.ndarray or type(start) is not int:
             return False
-        if on_conflict is not None and on_conflict not in _CONFLICT_POLICIES:
+        buf, rows = self._buf, self._rows
+        dtype = self._fixed
+        if dtype is None:
+            if buf is None:
+                return False
+            dtype = buf.dtype
+        if routes.dtype != dtype or routes.ndim != _NDIM or not 0 <= start <= rows:
             return False
-        buf = self._buf
-        dtype = self._fixed if self._fixed is not None else (None if buf is None else buf.dtype)
-        if dtype is None or routes.dtype != dtype or routes.ndim != _NDIM:
-            return False
+        # rows <= the buffer's allocated rows, so start needs no separate MAX_DIM bound.
         n, layers, top_k = routes.shape
         if buf is None:
             # The first call of a fixed-dtype trace: what _as_routes and the filler check require of its shape.
@@ -998,56 +1029,55 @@ class RouteTrace:
                 return False
         elif layers != buf.shape[1] or top_k != buf.shape[2]:
             return False
-        per_row = layers * top_k
-        # _rows <= the buffer's allocated rows, so start needs no separate MAX_DIM bound.
-        if max(n, 1) * per_row > MAX_EXTENT or not 0 <= start <= self._rows:
+        if on_conflict is not None and on_conflict not in _CONFLICT_POLICIES:
             return False
+        per_row = layers * top_k
         end = start + n
-        new_tokens = 0
+        limit = self._max_elements
+        if max(n, 1) * per_row > MAX_EXTENT or max(end, rows, 1) * per_row > limit:
+            return False
         tokens: Array | None = None
         if token_ids is None:
             if self._verified:
                 return False
+            if limit < 1:  # the general path's element check of an empty token record
+                return False
         else:
             if self._verified is False:
                 return False
-            # An int64 array is what _as_tokens returns, unread: its negative-id check is left for below.
-            unchecked = type(token_ids) is np.ndarray and token_ids.ndim == 1 and token_ids.dtype == _INT64
-            if type(token_ids) is np.ndarray and unchecked:
-                tokens = token_ids
+            if type(token_ids) is np.ndarray and token_ids.ndim == 1 and token_ids.dtype == _INT64:
+                # What _as_tokens returns for it, unread: only tokens past the recorded ones need its sign check.
+                tokens, unchecked = token_ids, True
             else:
                 # Routes, start and on_conflict are valid here: an error _as_tokens raises is add()'s first one too.
-                tokens = _as_tokens(token_ids, "token_ids")
+                tokens, unchecked = _as_tokens(token_ids, "token_ids"), False
             count = tokens.shape[0]
-            if end > count:
+            recorded = self._n_tokens
+            if end > count or max(count, recorded, 1) > limit:
                 return False
-            common = min(self._n_tokens, count)
-            if common:
-                assert self._tokens is not None
-                if self._tokens[:common].tobytes() != tokens[:common].tobytes():
-                    return False
+            common = min(recorded, count)
+            if common and self._tokens is not None and self._tokens[:common].tobytes() != tokens[:common].tobytes():
+                return False
             if unchecked and count > common and tokens[common:].min() < 0:
                 return False
-            new_tokens = max(count, self._n_tokens)
-        if max(end, self._rows, 1) * per_row > self._max_elements or max(new_tokens, 1) > self._max_elements:
-            return False
-        overlap = min(self._rows - start, n)
         new = routes
-        if overlap > 0 and buf is not None:
+        if rows > start and buf is not None:
+            overlap = min(rows - start, n)
             if buf[start : start + overlap].tobytes() != routes[:overlap].tobytes():
                 return False
             new = routes[overlap:]
-        if new.shape[0]:
+        if end > rows:
             if self._high and new.max() > self._limit:
                 return False
             if dtype.kind == "i" and new.min() < 0:
                 return False
-        # Every check passed: from here on the trace changes.
-        if buf is None or end > buf.shape[0]:
-            buf = self._reserve(end, (layers, top_k), dtype)
-        if end > self._rows:
-            buf[self._rows : end] = new
+            # Every check passed: from here on the trace changes.
+            if buf is None or end > buf.shape[0]:
+                buf = self._reserve(end, (layers, top_k), dtype)
+            buf[rows:end] = new
             self._rows = end
+        elif buf is None:
+            self._reserve(end, (layers, top_k), dtype)  # a first call of no rows still fixes layers and top_k
         if tokens is not None:
             self._record_tokens(tokens)
         self._verified = tokens is not None
