@@ -591,6 +591,31 @@ def test_trace_refuses_negative_ids_and_shape_changes() -> None:
         trace.add(np.zeros((2, 3), dtype=np.int32), start=2)
 
 
+def test_trace_checks_every_row_past_an_agreeing_overlap() -> None:
+    # A call in the trace's dtype whose overlap agrees is range-checked past the overlap only (the overlap equals
+    # checked rows): an invalid id there is still refused, named by its row in the call, and the trace unchanged.
+    for num_experts, bad, match in ((300, -1, "non-negative"), (300, 300, "below num_experts"), (8, 8, "below")):
+        routes = np.arange(8, dtype=r3wire.route_dtype(num_experts)).reshape(4, 2, 1) % 8
+        trace = RouteTrace(num_experts=num_experts)
+        trace.add(routes[:2], start=0)
+        call = routes[1:].copy()
+        call[2, 1, 0] = bad
+        with pytest.raises(R3WireError, match=match) as info:
+            trace.add(call, start=1)
+        assert info.value.field == "routes[row 2, layer 1, slot 0]"
+        assert trace.rows == 2
+        trace.add(routes[1:], start=1)
+        assert np.array_equal(trace.finalize(4)[0], routes)
+    # Likewise token ids: those equal to recorded ones are known valid, those past them are checked.
+    trace = RouteTrace(num_experts=8)
+    trace.add(np.zeros((2, 1, 1), dtype=np.uint8), start=0, token_ids=np.array([5, 6, 7]))
+    with pytest.raises(R3WireError) as info:
+        trace.add(np.zeros((3, 1, 1), dtype=np.uint8), start=0, token_ids=np.array([5, 6, 7, -1]))
+    assert info.value.field == "token_ids[3]"
+    assert trace.token_ids is not None
+    assert trace.token_ids.tolist() == [5, 6, 7]
+
+
 def test_trace_finalize_rules() -> None:
     trace = RouteTrace()
     with pytest.raises(R3WireError):
@@ -618,6 +643,25 @@ def test_finalized_routes_are_not_changed_by_later_turns() -> None:
     trace.add(full[6:], start=6)
     assert np.array_equal(out, snapshot)
     assert np.array_equal(trace.finalize(10)[0], full)
+
+
+def test_finalized_view_is_not_changed_by_later_turns() -> None:
+    # 15 rows in a 16-row buffer: finalize hands out a view (an eighth or less spare), which neither appends past
+    # it nor a "replace" inside it may change.
+    full = _routes(17)
+    trace = RouteTrace()
+    trace.add(full[:8], start=0)
+    trace.add(full[:15], start=0)
+    out, captured = trace.finalize(15)
+    assert captured == 15
+    assert out.base is not None
+    assert np.array_equal(out, full[:15])
+    trace.add(full[14:16], start=14)
+    drifted = full[:17].copy()
+    drifted[3] += 1
+    trace.add(drifted, start=0, on_conflict="replace")
+    assert np.array_equal(out, full[:15])
+    assert np.array_equal(trace.finalize(17)[0], drifted)
 
 
 def test_trace_composes_with_pad_routes() -> None:

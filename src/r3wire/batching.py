@@ -1040,8 +1040,6 @@ class RouteTrace:
         if token_ids is None:
             if self._verified:
                 return False
-            if limit < 1:  # the general path's element check of an empty token record
-                return False
         else:
             if self._verified is False:
                 return False
@@ -1156,9 +1154,9 @@ class RouteTrace:
 
         Returns:
             ``(routes, captured_rows)``: ``routes`` ``[captured_rows, layers, top_k]``, trajectory rows
-            ``0 .. captured_rows - 1`` in order, in the trace's dtype. It is the trace's own buffer trimmed to
-            size (copied only if the buffer had spare capacity); later calls never change it (a ``"replace"``
-            copies the buffer first).
+            ``0 .. captured_rows - 1`` in order, in the trace's dtype. It is the trace's own buffer, or a view
+            of it (copied to size only if more than an eighth of the buffer is spare capacity); later calls never
+            change it (rows are appended past it, and a ``"replace"`` copies the buffer first).
 
         Raises:
             R3WireError: nothing was added (the shape is unknown), ``total_tokens`` is missing on a trace without
@@ -1168,6 +1166,8 @@ class RouteTrace:
             if self._tokens is None:
                 raise _fail("total_tokens", "given (this trace recorded no token ids)", "None")
             tokens = self._n_tokens
+        elif type(total_tokens) is int and 0 <= total_tokens <= MAX_DIM:
+            tokens = total_tokens  # what check_int returns for a plain in-range int (never a bool: type is exact)
         else:
             tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=MAX_DIM, error=R3WireError)
         if self._buf is None:
@@ -1179,11 +1179,13 @@ class RouteTrace:
                 "tokens, never more)",
                 tokens,
             )
-        if self._buf.shape[0] != self._rows:
-            # Trim so a finalized trajectory does not hold up to twice its size in spare capacity.
-            self._buf = self._buf[: self._rows].copy()
+        buf, rows = self._buf, self._rows
+        if 8 * (buf.shape[0] - rows) > buf.shape[0]:
+            # Trim so a finalized trajectory does not hold up to twice its size in spare capacity; an eighth or
+            # less is kept, as copying the whole trajectory would cost more than the memory it frees.
+            self._buf = buf = buf[:rows].copy()
         self._shared = True
-        return self._buf, self._rows
+        return (buf if buf.shape[0] == rows else buf[:rows]), rows
 
 
 def _check_overlap(recorded: Array, new: Array, begin: int) -> None:

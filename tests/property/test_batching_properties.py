@@ -8,7 +8,9 @@ from __future__ import annotations
 import base64
 import math
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from hypothesis.extra import numpy as hnp
 from r3wire import (
     R3WireError,
     RouteTrace,
+    batching,
     decode_routes,
     pack_routes,
     pad_routes,
@@ -500,3 +503,178 @@ def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, thi
         except R3WireError as exc:
             message = str(exc)
         assert message is None or " must be " in message
+
+
+# --- the fast paths against the general ones ---------------------------------------------------------------------
+
+
+class _GeneralTrace(RouteTrace):
+    """A RouteTrace whose every add takes the general path: what the fast path must match exactly."""
+
+    def _add_common(self, routes: object, start: object, token_ids: object, on_conflict: object) -> bool:
+        return False
+
+
+class _CountingTrace(RouteTrace):
+    """A RouteTrace that counts the adds its fast path recorded."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fast_adds = 0
+
+    def _add_common(self, routes: object, start: object, token_ids: object, on_conflict: object) -> bool:
+        taken = super()._add_common(routes, start, token_ids, on_conflict)
+        self.fast_adds += taken
+        return taken
+
+
+def _outcome(call: Callable[[], object]) -> str | None:
+    try:
+        call()
+    except R3WireError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def _trace_state(trace: RouteTrace) -> tuple[Any, ...]:
+    tokens = trace.token_ids
+    return trace.rows, trace.conflicts, trace.dtype, None if tokens is None else tokens.tolist()
+
+
+def _finalized(trace: RouteTrace) -> Any:
+    tokens = trace.token_ids
+    total = max(trace.rows, 0 if tokens is None else tokens.shape[0])
+    try:
+        routes, captured = trace.finalize(total)
+    except R3WireError as exc:
+        return str(exc)
+    return routes.dtype, routes.shape, _exact(routes), captured
+
+
+def _draw_call_tokens(data: st.DataObject, truth: list[int], end: int, verify: bool) -> Any:
+    """A call's token ids: usually valid (covering its rows) in the trace's form; sometimes another form or bad."""
+    kind = data.draw(st.sampled_from(["valid"] * 6 + ["other", "list", "int32", "short", "mismatch", "negative"]))
+    if (kind == "valid") != verify and kind in ("valid", "other"):
+        return None
+    count = data.draw(st.integers(min(end, len(truth)), len(truth)))
+    if kind == "short":
+        count = data.draw(st.integers(0, count))
+    tokens = truth[:count]
+    if tokens and kind in ("mismatch", "negative"):
+        position = data.draw(st.integers(0, len(tokens) - 1))
+        tokens = [*tokens[:position], tokens[position] + 1 if kind == "mismatch" else -1, *tokens[position + 1 :]]
+    if kind == "list":
+        return tokens
+    return np.array(tokens, dtype=np.int32 if kind == "int32" else np.int64)
+
+
+@given(LAYERS_TOP_K, st.data())
+def test_trace_fast_path_decides_exactly_as_the_general_path(row_shape: tuple[int, int], data: st.DataObject) -> None:
+    """Any sequence of calls, valid or not: the same error (or none), rows, conflicts, dtype, tokens and result."""
+    num_experts = data.draw(st.sampled_from([None, 2, 8, 8, 300, 70001]))
+    max_elements = data.draw(st.one_of(st.none(), st.integers(0, 30)))
+    dtype: np.dtype[Any]
+    if num_experts is None:
+        dtype = np.dtype(data.draw(st.sampled_from(["u1", "i1", "<i2", "<u4", "<i8"])))
+    else:
+        dtype = route_dtype(num_experts)
+    low, high = (int(x) for x in (np.iinfo(dtype).min, np.iinfo(dtype).max))
+    valid = min(high, 7 if num_experts is None else num_experts - 1)
+    # The trajectory the calls re-send: overlaps agree unless a call drifts.
+    truth: Array = data.draw(hnp.arrays(np.int64, (12, *row_shape), elements=st.integers(0, valid)))
+    truth_tokens = data.draw(st.lists(TOKENS, min_size=14, max_size=14))
+    verify = data.draw(st.booleans())
+    fast = _CountingTrace(num_experts=num_experts, max_elements=max_elements)
+    general = _GeneralTrace(num_experts=num_experts, max_elements=max_elements)
+    for _ in range(data.draw(st.integers(1, 8))):
+        start = general.rows + 1 if not data.draw(st.integers(0, 7)) else data.draw(st.integers(0, general.rows))
+        part = truth[start : start + data.draw(st.integers(0, 4))].copy()
+        change = data.draw(st.sampled_from(["none", "none", "drift", "negative", "too large"]))
+        if part.size and change != "none":
+            # An overlap row that drifts (a conflict) or an invalid id, in an overlap row or a new one.
+            index = tuple(data.draw(st.integers(0, size - 1)) for size in part.shape)
+            if change == "drift":
+                part[index] = (part[index] + 1) % (valid + 1)
+            else:
+                part[index] = max(low, -1) if change == "negative" else min(high, valid + 1)
+        form = data.draw(st.sampled_from(["trace dtype"] * 6 + ["int64", "fortran", "strided", "big-endian", "list"]))
+        routes: Any = part.astype(dtype)
+        if form == "int64":
+            routes = part
+        elif form == "fortran":
+            routes = np.asfortranarray(routes)
+        elif form == "strided":
+            routes = np.repeat(routes, 2, axis=2)[:, :, ::2]
+        elif form == "big-endian":
+            routes = routes.astype(dtype.newbyteorder(">"))
+        elif form == "list":
+            routes = part.tolist()
+        if not data.draw(st.integers(0, 11)):
+            routes = np.zeros((part.shape[0], row_shape[0], row_shape[1] + 1), dtype=dtype)  # another top_k
+        kwargs: dict[str, Any] = {
+            "start": data.draw(st.sampled_from([start] * 6 + [np.int64(start), bool(start)])),
+            "token_ids": _draw_call_tokens(data, truth_tokens, start + part.shape[0], verify),
+            "on_conflict": data.draw(st.sampled_from([None, None, None, "keep", "replace", "raise", "bogus"])),
+        }
+        expected = _outcome(lambda: general.add(routes, **kwargs))  # noqa: B023  # called right here
+        assert _outcome(lambda: fast.add(routes, **kwargs)) == expected  # noqa: B023
+        assert _trace_state(fast) == _trace_state(general)
+        if data.draw(st.booleans()):
+            assert _finalized(fast) == _finalized(general)
+    assert _finalized(fast) == _finalized(general)
+
+
+def test_trace_fast_path_takes_the_common_calls() -> None:
+    """The common calls (the trace's dtype, no gap, overlaps that agree) take the fast path, checked above."""
+    full = np.arange(6 * 2 * 3, dtype=np.uint8).reshape(6, 2, 3) % 8
+    tokens = np.arange(7, dtype=np.int64)
+    for token_ids in (None, tokens):
+        trace = _CountingTrace(num_experts=8)
+        trace.add(full[:2], start=0, token_ids=None if token_ids is None else token_ids[:3])
+        trace.add(full[1:4], start=1, token_ids=None if token_ids is None else token_ids[:5])
+        trace.add(full[4:6], start=4, token_ids=token_ids)
+        assert trace.fast_adds == 3
+        routes, captured = trace.finalize(7)
+        assert captured == 6
+        assert np.array_equal(routes, full)
+
+
+@st.composite
+def per_token_batches(draw: st.DrawFn) -> list[Any]:
+    """Per-token value arrays: mostly 1-d arrays of one dtype, sometimes mixed dtypes, shapes, kinds or types."""
+    dtype = np.dtype(draw(st.sampled_from(["<f4", ">f4", "<f8", "<i8", "u1", "?"])))
+    samples: list[Any] = []
+    for _ in range(draw(st.integers(0, 4))):
+        sample_dtype = dtype if draw(st.integers(0, 4)) else np.dtype(draw(st.sampled_from(["<f4", "<i4", "<U1"])))
+        shape = (draw(st.integers(0, 5)),) if draw(st.integers(0, 4)) else (draw(st.integers(0, 3)), 2)
+        kinds: dict[str, st.SearchStrategy[Any]] = {"b": st.booleans(), "U": st.text(max_size=1)}
+        elements = kinds.get(sample_dtype.kind, st.integers(0, 3))
+        sample: Any = draw(hnp.arrays(sample_dtype, shape, elements=elements))
+        if not draw(st.integers(0, 6)):
+            sample = sample.tolist()
+        samples.append(sample)
+    return samples
+
+
+@given(per_token_batches(), st.data())
+def test_pad_sequences_fast_path_pads_exactly_as_the_general_path(samples: list[Any], data: st.DataObject) -> None:
+    lengths = data.draw(st.one_of(st.none(), st.lists(st.integers(0, 8), min_size=len(samples), max_size=len(samples))))
+    offsets = data.draw(st.one_of(st.none(), st.lists(st.integers(0, 2), min_size=len(samples), max_size=len(samples))))
+    kwargs: dict[str, Any] = {
+        "token_lengths": lengths,
+        "offsets": offsets,
+        "side": data.draw(st.sampled_from(["left", "right"])),
+        "fill": data.draw(st.sampled_from([0, -1, 0.5])),
+    }
+    values = tuple(samples) if data.draw(st.booleans()) else samples
+
+    def padded() -> Any:
+        try:
+            grid, mask = pad_sequences(values, **kwargs)
+        except R3WireError as exc:
+            return str(exc)
+        return grid.dtype, grid.shape, grid.tobytes(), mask.tobytes()
+
+    expected = padded()
+    with patch.object(batching, "_same_vectors", return_value=None):
+        assert padded() == expected
