@@ -761,6 +761,23 @@ def _first_difference(recorded: Array, given: Array) -> int | None:
     return int(np.argmax(differs)) if differs.any() else None
 
 
+_SMALL_BYTES: Final = 1 << 16
+
+
+def _differs(a: Array, b: Array) -> bool:
+    """Whether two arrays of one dtype and shape differ anywhere (their bytes: one dtype compares exactly).
+
+    Measured: up to 64 KiB, comparing ``tobytes()`` copies is fastest (one memcmp); beyond, those copies cost
+    page faults (100x slower at 400 KiB), so NumPy compares, 8 bytes at a time where the memory allows (a
+    byte-wise comparison of uint8 ids costs about twice as much).
+    """
+    if a.nbytes <= _SMALL_BYTES:
+        return a.tobytes() != b.tobytes()
+    if a.dtype.itemsize < 8 and a.nbytes % 8 == 0 and a.flags.c_contiguous and b.flags.c_contiguous:
+        a, b = a.reshape(-1).view(np.uint64), b.reshape(-1).view(np.uint64)
+    return bool(np.count_nonzero(a != b))
+
+
 class RouteTrace:
     """One trajectory's routes assembled over the engine calls of a multi-turn rollout, verified by token ids.
 
@@ -1054,14 +1071,14 @@ class RouteTrace:
             if end > count or max(count, recorded, 1) > limit:
                 return False
             common = min(recorded, count)
-            if common and self._tokens is not None and self._tokens[:common].tobytes() != tokens[:common].tobytes():
+            if common and self._tokens is not None and _differs(self._tokens[:common], tokens[:common]):
                 return False
             if unchecked and count > common and tokens[common:].min() < 0:
                 return False
         new = routes
         if rows > start and buf is not None:
             overlap = min(rows - start, n)
-            if buf[start : start + overlap].tobytes() != routes[:overlap].tobytes():
+            if _differs(buf[start : start + overlap], routes[:overlap]):
                 return False
             new = routes[overlap:]
         if end > rows:
