@@ -218,7 +218,7 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
     if len(values) != count:
         raise _fail(field, f"{count} integers ({what})", f"{len(values)}")
     # The common case, plain ints in range, is checked in two passes instead of one check_int call per sample.
-    if all(type(item) is int for item in values):
+    if set(map(type, values)) <= {int}:
         plain: list[int] = list(values)  # type: ignore[arg-type]  # every item is an int, checked above
         if not plain or (min(plain) >= 0 and max(plain) <= MAX_DIM):
             return plain
@@ -552,6 +552,9 @@ def _fill_value(fill: object, dtype: np.dtype[Any]) -> Array:
     raise _fail("fill", f"a value exactly representable in {dtype.name}", describe(fill))
 
 
+_DTYPE_AND_NDIM: Final = operator.attrgetter("dtype", "ndim")
+
+
 def _same_vectors(values: object) -> list[Array] | None:
     """``values`` as a list when it is a list or tuple of 1-d NumPy arrays of one bool, integer or float dtype.
 
@@ -560,14 +563,15 @@ def _same_vectors(values: object) -> list[Array] | None:
     """
     if type(values) is not list and type(values) is not tuple:
         return None
-    if not values or type(values[0]) is not np.ndarray:
+    if set(map(type, values)) != {np.ndarray}:
         return None
-    dtype = values[0].dtype
-    if dtype.kind not in "biuf":
+    # One (dtype, ndim) pair in the set: every sample's dtype equals it (a set holds equal values once).
+    kinds = set(map(_DTYPE_AND_NDIM, values))
+    if len(kinds) != 1:
         return None
-    for value in values:
-        if type(value) is not np.ndarray or value.ndim != 1 or value.dtype != dtype:
-            return None
+    dtype, ndim = kinds.pop()
+    if ndim != 1 or dtype.kind not in "biuf":
+        return None
     return list(values)
 
 

@@ -642,12 +642,15 @@ def test_trace_fast_path_takes_the_common_calls() -> None:
 @st.composite
 def per_token_batches(draw: st.DrawFn) -> list[Any]:
     """Per-token value arrays: mostly 1-d arrays of one dtype, sometimes mixed dtypes, shapes, kinds or types."""
-    dtype = np.dtype(draw(st.sampled_from(["<f4", ">f4", "<f8", "<i8", "u1", "?"])))
+    dtype = np.dtype(draw(st.sampled_from(["<f4", ">f4", "<f8", "<i8", "u1", "?", "<c8", "<U1"])))
     samples: list[Any] = []
+    two_d, width = draw(st.booleans()), draw(st.integers(0, 2))  # mostly one of each per batch
     for _ in range(draw(st.integers(0, 4))):
+        if not draw(st.integers(0, 4)):
+            two_d, width = draw(st.booleans()), draw(st.integers(0, 2))
         sample_dtype = dtype if draw(st.integers(0, 4)) else np.dtype(draw(st.sampled_from(["<f4", "<i4", "<U1"])))
-        shape = (draw(st.integers(0, 5)),) if draw(st.integers(0, 4)) else (draw(st.integers(0, 3)), 2)
-        kinds: dict[str, st.SearchStrategy[Any]] = {"b": st.booleans(), "U": st.text(max_size=1)}
+        shape = (draw(st.integers(0, 3)), width) if two_d else (draw(st.integers(0, 5)),)
+        kinds: dict[str, st.SearchStrategy[Any]] = {"b": st.booleans(), "U": st.sampled_from(["a", "b"])}
         elements = kinds.get(sample_dtype.kind, st.integers(0, 3))
         sample: Any = draw(hnp.arrays(sample_dtype, shape, elements=elements))
         if not draw(st.integers(0, 6)):
