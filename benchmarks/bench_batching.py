@@ -214,6 +214,37 @@ def main(argv: list[str] | None = None) -> int:
         lambda: np.concatenate([samples[0][t * chunk : (t + 1) * chunk] for t in range(turns)]),
     )
 
+    # The same call pattern on an 8x longer trajectory (16384 rows by default, a long multi-turn rollout): the
+    # fixed cost per call weighs less, the bytes moved more.
+    long_trajectory = 8 * rows
+    long_sample = rng.integers(0, n_experts, size=(long_trajectory, layers, top_k), dtype=np.uint8)
+    long_tokens = rng.integers(0, 150_000, size=long_trajectory + 1, dtype=np.int64)
+    long_chunk = long_trajectory // turns
+
+    def assemble_long(verify: bool) -> object:
+        trace = RouteTrace(num_experts=n_experts)
+        for t in range(turns):
+            start = max(0, t * long_chunk - long_chunk // 2)
+            end = (t + 1) * long_chunk
+            trace.add(long_sample[start:end], start=start, token_ids=long_tokens[: end + 1] if verify else None)
+        return trace.finalize(long_trajectory + 1)
+
+    def concatenate_long() -> object:
+        return np.concatenate([long_sample[t * long_chunk : (t + 1) * long_chunk] for t in range(turns)])
+
+    measure(
+        f"RouteTrace: {turns} overlapping turns, one {long_trajectory}-row trajectory",
+        lambda: assemble_long(False),
+        "np.concatenate(turns)",
+        concatenate_long,
+    )
+    measure(
+        f"RouteTrace(token_ids): {turns} overlapping turns, one {long_trajectory}-row trajectory",
+        lambda: assemble_long(True),
+        "np.concatenate(turns)",
+        concatenate_long,
+    )
+
     def stitch_batch() -> object:
         # Every trajectory of the batch stitched from 4 verified turns, then padded: the whole rollout-to-batch path.
         finished = []
