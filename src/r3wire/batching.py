@@ -627,7 +627,7 @@ def pad_sequences(
             _as_values,
             lambda first: f"[n{''.join(f', {d}' for d in first.shape[1:])}] (the trailing shape of values[0])",
         )
-    counts = [arr.shape[0] for arr in arrays]
+    counts = list(map(len, arrays))  # every sample has a token axis (checked above)
     if arrays:
         # The decoders' shape bound. Samples share every dimension but the first, so the sample with the most
         # rows stands for all (one check per batch: a per-sample check costs more than copying a short sample).
