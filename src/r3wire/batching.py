@@ -766,6 +766,9 @@ def _first_difference(recorded: Array, given: Array) -> int | None:
 
 
 _SMALL_BYTES: Final = 1 << 16
+# The ufuncs' reductions over every axis: ndarray.max() and min() reach them through a Python wrapper.
+_MAX: Final = np.maximum.reduce
+_MIN: Final = np.minimum.reduce
 
 
 def _differs(a: Array, b: Array) -> bool:
@@ -1078,7 +1081,7 @@ class RouteTrace:
             common = min(recorded, count)
             if common and self._tokens is not None and _differs(self._tokens[:common], tokens[:common]):
                 return False
-            if unchecked and count > common and tokens[common:].min() < 0:
+            if unchecked and count > common and _MIN(tokens[common:], None) < 0:
                 return False
         new = routes
         if rows > start and buf is not None:
@@ -1087,9 +1090,9 @@ class RouteTrace:
                 return False
             new = routes[overlap:]
         if end > rows:
-            if self._high and new.max() > self._limit:
+            if self._high and _MAX(new, None) > self._limit:
                 return False
-            if dtype.kind == "i" and new.min() < 0:
+            if dtype.kind == "i" and _MIN(new, None) < 0:
                 return False
             # Every check passed: from here on the trace changes.
             if buf is None or end > buf.shape[0]:
