@@ -1044,9 +1044,9 @@ class RouteTrace:
             if buf is None:
                 return False
             dtype = buf.dtype
+        # rows <= the buffer's allocated rows, so start needs no separate MAX_DIM bound.
         if routes.dtype != dtype or routes.ndim != _NDIM or not 0 <= start <= rows:
             return False
-        # rows <= the buffer's allocated rows, so start needs no separate MAX_DIM bound.
         n, layers, top_k = routes.shape
         if buf is None:
             # The first call of a fixed-dtype trace: what _as_routes and the filler check require of its shape.
