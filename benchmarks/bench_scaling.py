@@ -13,7 +13,9 @@ Two tables, every method's decoded result checked equal to its source before it 
 
 Per method and size: encode, decode and round trip (encode + decode of one iteration) medians; the round trip as a
 multiple of a memcpy of the int32 source (``np.copyto`` into a warm buffer) at the same size, whose samples are
-interleaved with the method's (one memcpy sample, then one encode and one decode), so that both see the same load;
+interleaved with the method's (one memcpy sample, then one encode and one decode), so that both see the same load,
+each memcpy and encode sample after one untimed call of its own (see ``_timed``: otherwise an encode pays for
+writing back the cache lines the memcpy before it left dirty);
 minor page faults per call (``resource.getrusage(RUSAGE_SELF).ru_minflt`` deltas, median); and the peak memory
 that one encode and one decode allocate (``tracemalloc``, to which NumPy reports its buffers; not ``ru_maxrss``,
 which only ever rises) as a multiple of the wire payload and of the decoded output respectively.
@@ -267,8 +269,17 @@ class Sample:
     faults: float  # minor page faults per call
 
 
-def _timed(fn: Callable[[], Any], inner: int) -> tuple[Sample, Any]:
-    """Wall time, CPU time and minor page faults per call of ``fn`` over ``inner`` calls, and its last result."""
+def _timed(fn: Callable[[], Any], inner: int, *, settle: bool = False) -> tuple[Sample, Any]:
+    """Wall time, CPU time and minor page faults per call of ``fn`` over ``inner`` calls, and its last result.
+
+    With ``settle``, one untimed call first. Interleaved samples need it: a call leaves its output's cache lines
+    dirty, and whatever runs next pays for writing them back. Without the settling call, each encode sample paid
+    for the memcpy sample before it (12.6 MB of dirty lines for W1: a bare ``max()`` over the source took 227 µs
+    right after the memcpy, 161 µs right after another ``max()``); with it, every timed call follows a call of
+    its own kind, as in a loop that runs only it.
+    """
+    if settle:
+        fn()
     faults = _faults()
     cpu = time.process_time()
     start = time.perf_counter()
@@ -319,8 +330,8 @@ def measure(
     while len(encodes) < max(repeat, 1) and not (
         len(encodes) >= min(repeat, MIN_RUNS) and time.perf_counter() - started > budget
     ):
-        baselines.append(_timed(lambda: baseline.encode(routes, n), base_inner)[0])
-        sample, payload = _timed(lambda: method.encode(routes, n), inner)
+        baselines.append(_timed(lambda: baseline.encode(routes, n), base_inner, settle=True)[0])
+        sample, payload = _timed(lambda: method.encode(routes, n), inner, settle=True)
         encodes.append(sample)
         decodes.append(_timed(functools.partial(method.decode, payload, n), inner)[0])
     measured = method.name != "memcpy"
