@@ -31,6 +31,7 @@ import orjson
 
 from r3wire._arraylike import as_numpy
 from r3wire._base64 import b64encode_bytes, encoded_length
+from r3wire._bytesearch import find_byte
 from r3wire._envelope import build_envelope
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._validate import optional_max_elements
@@ -941,11 +942,22 @@ def _first_duplicated(root: object) -> _Duplicated | None:
 
 
 def _finder(raw: bytes | bytearray | memoryview) -> Callable[[bytes, int], int]:
-    """``raw.find`` for any contiguous bytes-like input, as fast as ``bytes.find`` where possible.
+    """``raw.find`` for any contiguous bytes-like input, without copying it.
 
-    A memoryview has no ``find``: a view of (part of) a bytes or bytearray, such as a reused send buffer, is
-    searched in its exporter within the view's bounds (no copy); any other buffer through ``re`` (slower).
+    One byte (a blob's closing quote, the long search) is found with :func:`~r3wire._bytesearch.find_byte`
+    (``memchr``), in any input. Longer strings: ``find`` of a bytes or bytearray, or of the bytes or bytearray a
+    memoryview is a view of (within the view's bounds); any other buffer through ``re``.
     """
+    flat = np.frombuffer(raw, np.uint8)
+    search = _search_strings(raw)
+
+    def find(sub: bytes, start: int) -> int:
+        return find_byte(flat, sub[0], start) if len(sub) == 1 else search(sub, start)
+
+    return find
+
+
+def _search_strings(raw: bytes | bytearray | memoryview) -> Callable[[bytes, int], int]:
     if isinstance(raw, (bytes, bytearray)):
         return raw.find
     base: object = raw.obj
@@ -966,36 +978,15 @@ def _finder(raw: bytes | bytearray | memoryview) -> Callable[[bytes, int], int]:
 
         return find_in_base
     patterns: dict[bytes, re.Pattern[bytes]] = {}
-    flat = np.frombuffer(raw, np.uint8)
 
-    def find(sub: bytes, start: int) -> int:
-        if len(sub) == 1:  # a blob's closing quote: re.search took 12 ms to cross K2's 42 MB blob, NumPy 3.6 ms
-            return _find_byte(flat, sub[0], start)
+    def find_pattern(sub: bytes, start: int) -> int:
         pattern = patterns.get(sub)
         if pattern is None:
             pattern = patterns[sub] = re.compile(re.escape(sub))
         match = pattern.search(raw, start)
         return -1 if match is None else match.start()
 
-    return find
-
-
-# Bytes per piece of _find_byte: its mask stays in cache.
-_FIND_PIECE: Final = 1 << 18
-
-
-def _find_byte(flat: np.ndarray[Any, Any], byte: int, start: int) -> int:
-    """The index of the first ``byte`` in ``flat[start:]``, or -1: one compare per piece, stopping at the first
-    piece holding it."""
-    mask = np.empty(min(_FIND_PIECE, max(flat.size - start, 0)), dtype=np.bool_)
-    for low in range(start, flat.size, _FIND_PIECE):
-        piece = flat[low : low + _FIND_PIECE]
-        found = mask[: piece.size]
-        np.equal(piece, byte, out=found)
-        at = int(np.argmax(found))
-        if found[at]:
-            return low + at
-    return -1
+    return find_pattern
 
 
 def _cut_blobs(
