@@ -767,8 +767,9 @@ def _first_difference(recorded: Array, given: Array) -> int | None:
 
 _SMALL_BYTES: Final = 1 << 16
 # The ufuncs' reductions over every axis: ndarray.max() and min() reach them through a Python wrapper.
-_MAX: Final = np.maximum.reduce
-_MIN: Final = np.minimum.reduce
+# Typed loosely: NumPy releases disagree on the overloads of ufunc.reduce (numpy 2.5 refuses axis=None here).
+_MAX: Final[Callable[..., Any]] = np.maximum.reduce
+_MIN: Final[Callable[..., Any]] = np.minimum.reduce
 
 
 def _differs(a: Array, b: Array) -> bool:
