@@ -7,9 +7,12 @@ import importlib
 import os
 import subprocess
 import sys
+from itertools import pairwise
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from r3wire import _base64
 from r3wire.errors import DecodeError
@@ -75,3 +78,58 @@ def test_stdlib_fallback_is_equivalent() -> None:
 def test_backend_is_reported() -> None:
     module = importlib.import_module("r3wire._base64")
     assert module.BACKEND in ("pybase64", "stdlib")
+
+
+def _whole(text: str, nbytes: int) -> object:
+    try:
+        return bytes(_base64.b64decode_strict(text, nbytes))
+    except DecodeError as error:
+        return (error.field, error.expected, error.got)
+
+
+def _by_ranges(text: str, nbytes: int, cuts: list[int]) -> object:
+    try:
+        checked = _base64.check_canonical(text, nbytes)
+        bounds = [0, *sorted(c % (nbytes + 1) for c in cuts), nbytes]
+        return b"".join(bytes(_base64.b64decode_range(checked, nbytes, a, b)) for a, b in pairwise(bounds))
+    except DecodeError as error:
+        return (error.field, error.expected, error.got)
+
+
+@st.composite
+def texts(draw: st.DrawFn) -> tuple[str, int]:
+    """Canonical base64 of some bytes, often broken: a character replaced, inserted or removed."""
+    data = draw(st.binary(max_size=40))
+    text = base64.b64encode(data).decode("ascii")
+    nbytes = len(data)
+    edit = draw(st.sampled_from(["none", "replace", "insert", "delete", "claim"]))
+    chars = st.sampled_from([*"A/+=-_ \n\x00é", "QQ==", "=", "=="])
+    if edit == "replace" and text:
+        at = draw(st.integers(0, len(text) - 1))
+        text = text[:at] + draw(chars) + text[at + 1 :]
+    elif edit == "insert":
+        at = draw(st.integers(0, len(text)))
+        text = text[:at] + draw(chars) + text[at:]
+    elif edit == "delete" and text:
+        at = draw(st.integers(0, len(text) - 1))
+        text = text[:at] + text[at + 1 :]
+    elif edit == "claim":
+        nbytes = draw(st.integers(0, 45))
+    return text, nbytes
+
+
+# Cuts at quantum boundaries (multiples of 3) are where a range can end on an '=' the whole text has mid-way.
+CUTS = st.lists(st.one_of(st.integers(0, 64), st.integers(0, 21).map(lambda q: 3 * q)), max_size=6)
+
+
+@given(texts(), CUTS)
+def test_ranges_accept_and_refuse_what_the_whole_text_does(case: tuple[str, int], cuts: list[int]) -> None:
+    # Ranges that start and end mid-quantum, empty ranges, one range: the bytes are the whole text's, and a text the
+    # whole-text decoder refuses is refused with its very error.
+    text, nbytes = case
+    assert _by_ranges(text, nbytes, cuts) == _whole(text, nbytes)
+
+
+def test_range_outside_the_data_is_a_bug() -> None:
+    with pytest.raises(ValueError, match="outside"):
+        _base64.b64decode_range("QUJD", 3, 2, 4)

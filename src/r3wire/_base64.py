@@ -14,7 +14,16 @@ from typing import Any
 
 from r3wire.errors import DecodeError
 
-__all__ = ["BACKEND", "b64decode_strict", "b64encode_bytes", "b64encode_text", "check_encoded_length", "encoded_length"]
+__all__ = [
+    "BACKEND",
+    "b64decode_range",
+    "b64decode_strict",
+    "b64encode_bytes",
+    "b64encode_text",
+    "check_canonical",
+    "check_encoded_length",
+    "encoded_length",
+]
 
 _pybase64: Any
 try:
@@ -83,6 +92,51 @@ def check_encoded_length(text: str | bytes | bytearray | memoryview, nbytes: int
         )
 
 
+_Text = str | bytes | bytearray | memoryview
+
+
+def check_canonical(text: _Text, nbytes: int, *, field: str = "data") -> _Text:
+    """The checks of :func:`b64decode_strict` that need only the length and the last quantum, without decoding.
+
+    Returns ``text`` (``str`` or bytes-like), ready to be sliced by :func:`b64decode_range`.
+
+    Raises:
+        DecodeError: as :func:`b64decode_strict`, for a non-ASCII text, a wrong length or a non-canonical ending.
+    """
+    checked = _ascii(text, field)
+    check_encoded_length(checked, nbytes, field)
+    pad = nbytes % 3
+    if nbytes == 0 or not pad:
+        return checked
+    tail = checked[-4:]
+    tail_bytes = tail.encode("ascii") if isinstance(tail, str) else bytes(tail)
+    # The last quantum holds 1 or 2 data bytes when nbytes is not a multiple of 3; its unused low bits must be
+    # zero and exactly 3 - pad '=' must follow, otherwise two different texts would decode to the same bytes.
+    n_pad = 3 - pad
+    if tail_bytes[4 - n_pad :] != b"=" * n_pad or b"=" in tail_bytes[: 4 - n_pad]:
+        raise DecodeError.make(
+            field, f"base64 ending in exactly {n_pad} '=' padding", tail_bytes.decode("ascii", "replace")
+        )
+    last = _VALUE.get(tail_bytes[3 - n_pad])
+    unused_mask = 0b1111 if n_pad == 2 else 0b11
+    if last is None or last & unused_mask:
+        raise DecodeError.make(field, "canonical base64 (zero pad bits)", tail_bytes.decode("ascii", "replace"))
+    return checked
+
+
+def _decode(text: Any, nbytes: int, field: str) -> bytearray | bytes:
+    try:
+        if _pybase64 is not None:
+            out: bytearray | bytes = _pybase64.b64decode_as_bytearray(text, validate=True)
+        else:
+            out = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise DecodeError.make(field, "standard base64 (A-Z a-z 0-9 + / with '=' padding)", str(exc), raw=True) from exc
+    if len(out) != nbytes:  # '=' inside the text can shorten the output; the length check cannot see that
+        raise DecodeError.make(field, f"base64 of {nbytes} bytes", f"{len(out)} bytes", raw=True)
+    return out
+
+
 def b64decode_strict(
     text: str | bytes | bytearray | memoryview, nbytes: int, *, field: str = "data"
 ) -> bytearray | bytes:
@@ -97,32 +151,35 @@ def b64decode_strict(
     Raises:
         DecodeError: the text is not the canonical base64 of ``nbytes`` bytes.
     """
-    checked = _ascii(text, field)
-    check_encoded_length(checked, nbytes, field)
+    checked = check_canonical(text, nbytes, field=field)
     if nbytes == 0:
         return bytearray()
-    tail = checked[-4:]
-    tail_bytes = tail.encode("ascii") if isinstance(tail, str) else bytes(tail)
-    pad = nbytes % 3
-    # The last quantum holds 1 or 2 data bytes when nbytes is not a multiple of 3; its unused low bits must be
-    # zero and exactly 3 - pad '=' must follow, otherwise two different texts would decode to the same bytes.
-    if pad:
-        n_pad = 3 - pad
-        if tail_bytes[4 - n_pad :] != b"=" * n_pad or b"=" in tail_bytes[: 4 - n_pad]:
-            raise DecodeError.make(
-                field, f"base64 ending in exactly {n_pad} '=' padding", tail_bytes.decode("ascii", "replace")
-            )
-        last = _VALUE.get(tail_bytes[3 - n_pad])
-        unused_mask = 0b1111 if n_pad == 2 else 0b11
-        if last is None or last & unused_mask:
-            raise DecodeError.make(field, "canonical base64 (zero pad bits)", tail_bytes.decode("ascii", "replace"))
+    return _decode(checked, nbytes, field)
+
+
+def b64decode_range(text: _Text, nbytes: int, start: int, stop: int, *, field: str = "data") -> memoryview:
+    """Bytes ``start .. stop`` of the ``nbytes`` bytes that ``text`` encodes, decoding only the quanta holding them.
+
+    ``text`` must have passed :func:`check_canonical` for ``nbytes``. Decoding a long text range by range, each
+    range's bytes used and dropped, never holds all of the decoded bytes at once; the ranges together accept and
+    refuse exactly the texts :func:`b64decode_strict` does, with the same error.
+
+    Raises:
+        DecodeError: the range's text is not standard base64 (the error is the whole text's, as
+            :func:`b64decode_strict` gives it).
+    """
+    if not 0 <= start <= stop <= nbytes:
+        raise ValueError(f"byte range {start}..{stop} outside 0..{nbytes}")
+    first = start // 3
+    last = min(-(-stop // 3), -(-nbytes // 3))  # quanta; the last one may be padded
+    low, high = 3 * first, min(3 * last, nbytes)
+    if low == high:
+        return memoryview(b"")
     try:
-        if _pybase64 is not None:
-            out: bytearray | bytes = _pybase64.b64decode_as_bytearray(checked, validate=True)
-        else:
-            out = base64.b64decode(checked, validate=True)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise DecodeError.make(field, "standard base64 (A-Z a-z 0-9 + / with '=' padding)", str(exc), raw=True) from exc
-    if len(out) != nbytes:  # '=' inside the text can shorten the output; the length check above cannot see that
-        raise DecodeError.make(field, f"base64 of {nbytes} bytes", f"{len(out)} bytes", raw=True)
-    return out
+        decoded = _decode(text[4 * first : 4 * last], high - low, field)
+    except DecodeError:
+        # A range can fail differently from the whole text (an '=' that ends a range shortens it instead of
+        # breaking the alphabet): the whole text's error is the one to report.
+        b64decode_strict(text, nbytes, field=field)
+        raise
+    return memoryview(decoded)[start - low : stop - low]

@@ -8,6 +8,7 @@ extra header fields. :func:`check_header` is the one header reader: the envelope
 
 from __future__ import annotations
 
+import functools
 import math
 import sys
 from collections.abc import Collection, Mapping, Sequence
@@ -15,10 +16,10 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from r3wire._base64 import b64decode_strict, b64encode_text, check_encoded_length
+from r3wire._base64 import b64decode_range, b64decode_strict, b64encode_text, check_canonical, check_encoded_length
 from r3wire._routecheck import ROUTES_MIN_DIMS, check_bits, check_declared, check_num_experts
 from r3wire._validate import check_element_count, check_keys, check_shape
-from r3wire.bitpack import packed_nbytes, unpack_bits
+from r3wire.bitpack import packed_nbytes, unpack_bits_from
 from r3wire.errors import DecodeError, EncodeError
 from r3wire.schema import (
     KEY_BITS,
@@ -260,9 +261,14 @@ def decode_data(header: Header) -> np.ndarray[Any, Any]:
     wire_dtype = WIRE_DTYPES[header.dtype]
     data = header.data
     assert isinstance(data, (str, bytes, bytearray, memoryview))  # check_header checked it
-    buffer = b64decode_strict(data, header.nbytes, field=KEY_DATA)
     if header.bits is not None:
-        return unpack_bits(buffer, header.elements, header.bits, wire_dtype, field=KEY_DATA).reshape(header.shape)
+        # Range by range: the decoded stream never exists whole beside the unpacked ids (issue 14: a packed
+        # loads peaked at 2.7x its output for W1 and 1.7x for Kimi K2 with the whole stream decoded first).
+        text = check_canonical(data, header.nbytes, field=KEY_DATA)
+        read = functools.partial(b64decode_range, text, header.nbytes, field=KEY_DATA)
+        ids = unpack_bits_from(read, header.elements, header.bits, wire_dtype, field=KEY_DATA)
+        return ids.reshape(header.shape)
+    buffer = b64decode_strict(data, header.nbytes, field=KEY_DATA)
     array: np.ndarray[Any, Any] = np.frombuffer(buffer, dtype=wire_dtype)
     if not array.flags.writeable:
         # The stdlib back end returns immutable bytes; pybase64 decodes straight into a bytearray, no copy.

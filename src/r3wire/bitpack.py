@@ -24,6 +24,7 @@ same bytes (slower, through NumPy's byte swapping).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Final, NoReturn
@@ -33,7 +34,7 @@ import numpy as np
 from r3wire._validate import check_int
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 
-__all__ = ["MAX_BITS", "pack_bits", "packed_nbytes", "unpack_bits"]
+__all__ = ["MAX_BITS", "pack_bits", "packed_nbytes", "unpack_bits", "unpack_bits_from"]
 
 MAX_BITS: Final = 31
 """Widest id the stream carries: route ids are below ``2**31`` (int32 is the widest route dtype)."""
@@ -346,21 +347,59 @@ def unpack_bits(
     stream = buffer.reshape(-1).view(np.uint8) if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8)
     if stream.size != nbytes:
         raise DecodeError.make(field, f"{nbytes} bytes ({count} ids of {bits} bits)", f"{stream.size} bytes", raw=True)
+    return _unpack(lambda start, stop: stream[start:stop], count, bits, out_dtype, field)
+
+
+def unpack_bits_from(
+    read: Callable[[int, int], Any],
+    count: int,
+    bits: int,
+    dtype: Any,
+    *,
+    field: str = "data",
+) -> np.ndarray[Any, Any]:
+    """:func:`unpack_bits` of a stream read range by range, never whole: ``read(start, stop)`` returns its bytes
+    ``start .. stop`` (bytes-like). Every byte of the stream is read once, plus up to 8 bytes past each range.
+
+    This is how a bit-packed envelope is decoded: its base64 is decoded one cache-sized range at a time, so the
+    decoded stream never exists in full next to the output.
+
+    Raises:
+        DecodeError: ``bits`` is out of range or a pad bit is set (and whatever ``read`` raises).
+        R3WireError: ``dtype`` cannot hold ``bits``-bit ids.
+    """
+    bits = _check_bits(bits, DecodeError)
+    out_dtype = np.dtype(dtype).newbyteorder("=")
+    if out_dtype.kind not in "iu" or out_dtype.itemsize * 8 - (out_dtype.kind == "i") < bits:
+        raise R3WireError.make("dtype", f"an integer dtype that holds {bits}-bit ids", str(out_dtype), raw=True)
+    return _unpack(lambda start, stop: np.frombuffer(read(start, stop), np.uint8), count, bits, out_dtype, field)
+
+
+def _unpack(
+    read: Callable[[int, int], np.ndarray[Any, np.dtype[np.uint8]]],
+    count: int,
+    bits: int,
+    out_dtype: np.dtype[Any],
+    field: str,
+) -> np.ndarray[Any, Any]:
+    nbytes = packed_nbytes(count, bits)
     if count <= _SMALL_COUNT:
-        return _unpack_small(stream, count, bits, out_dtype, field)
+        return _unpack_small(read(0, nbytes), count, bits, out_dtype, field)
     plan = _plan(bits)
     groups = -(-count // 8)
     whole = nbytes // bits  # groups wholly inside the stream; only the last one can be short
     out = np.empty(groups * 8, dtype=out_dtype)
-    records = stream[: whole * bits].view(plan.record)
     chunk = max(1, min(groups, _CHUNK_GROUPS))
     scratch = _Scratch(plan, chunk)
     for start in range(0, whole, chunk):
         stop = min(whole, start + chunk)
-        _unpack_groups(records[start:stop], plan, scratch, out[start * 8 : stop * 8], stream=stream, first=start)
+        # 8 bytes past the range: the last groups' overlapping 8-byte loads (see _unpack_groups) read into them.
+        piece = read(start * bits, min(nbytes, stop * bits + 8))
+        records = piece[: (stop - start) * bits].view(plan.record)
+        _unpack_groups(records, plan, scratch, out[start * 8 : stop * 8], stream=piece)
     if whole < groups:  # the short last group: its missing bytes read as zero
         last = np.zeros(bits, dtype=np.uint8)
-        tail = stream[whole * bits :]
+        tail = read(whole * bits, nbytes)
         last[: tail.size] = tail
         _unpack_groups(last.view(plan.record), plan, scratch, out[whole * 8 :])
     if out[count:].any():
@@ -377,11 +416,10 @@ def _unpack_groups(
     out: np.ndarray[Any, Any],
     *,
     stream: np.ndarray[Any, Any] | None = None,
-    first: int = 0,
 ) -> None:
     """Unpack whole groups: the inverse of :func:`_store`, :func:`_splice` and :func:`_merge_pairs`.
 
-    With ``stream`` (which ``records`` are groups ``first ..`` of), a word stored as several fields is read as one
+    With ``stream`` (whose first groups ``records`` are), a word stored as several fields is read as one
     unaligned 8-byte load per group where the stream has bytes enough past the group's end.
     """
     n = records.size
@@ -390,7 +428,7 @@ def _unpack_groups(
     temp = scratch.temp[:n]
     loaded = set()
     for word, count in enumerate(plan.fields_per_word):
-        offset = first * plan.bits + 8 * word
+        offset = 8 * word
         if count > 1 and stream is not None and offset + (n - 1) * plan.bits + 8 <= stream.size:
             # One 8-byte load per group that runs on into the next group, masked to this word's bytes: 2-3x
             # faster than a strided copy, shift and OR per field (the loads overlap; only reads may).

@@ -5,6 +5,7 @@ exception) for packed envelopes and frames."""
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import struct
 from typing import Any
@@ -20,7 +21,8 @@ from hypothesis.extra import numpy as hnp
 from bitref import pack_reference, unpack_reference
 from r3wire import EncodeError, bitpack, decode_routes, decode_routes_frame, encode_routes, encode_routes_frame
 from r3wire import frame as frame_module
-from r3wire.bitpack import MAX_BITS, pack_bits, unpack_bits
+from r3wire._base64 import b64decode_range, check_canonical
+from r3wire.bitpack import MAX_BITS, pack_bits, unpack_bits, unpack_bits_from
 
 pytestmark = pytest.mark.property
 
@@ -243,3 +245,21 @@ def test_arbitrary_bytes_after_the_magic_raise_only_decode_error(tail: bytes) ->
 def test_claimed_frame_shape_never_allocates_beyond_the_buffer(rows: int, layers: int, top_k: int, bits: int) -> None:
     header = struct.pack("<4sBBBBQQII", b"R3WF", 1, 3, bits, 0, rows, layers, top_k, 0)
     _only_decode_error(decode_routes_frame, header + b"\x00" * 16)
+
+
+@given(st.integers(1, MAX_BITS), st.integers(1, 3), st.data())
+def test_packed_envelope_decodes_range_by_range(bits: int, chunk: int, data: Any) -> None:
+    """A packed envelope's base64 decoded a few groups at a time (ranges that start mid-quantum, 8 bytes of
+    lookahead, the short last group) gives the ids that unpacking the whole decoded stream gives."""
+    top = (1 << bits) - 1
+    ids = data.draw(st.lists(st.one_of(st.sampled_from([0, top]), st.integers(0, top)), min_size=1, max_size=200))
+    text = base64.b64encode(pack_bits(np.array(ids, dtype=np.int64), bits).tobytes()).decode("ascii")
+    nbytes = bitpack.packed_nbytes(len(ids), bits)
+    read = functools.partial(b64decode_range, check_canonical(text, nbytes), nbytes)
+    defaults = bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS
+    bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS = -1, chunk  # type: ignore[misc]
+    try:
+        back = unpack_bits_from(read, len(ids), bits, np.int32)
+    finally:
+        bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS = defaults  # type: ignore[misc]
+    assert back.tolist() == ids
