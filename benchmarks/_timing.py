@@ -61,4 +61,17 @@ def describe_machine() -> dict[str, Any]:
         "load_average_at_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "os": platform.platform(),
         "python": f"{platform.python_implementation()} {platform.python_version()}",
+        # Changes what a fresh large allocation costs (glibc.malloc.hugetlb=1: huge pages, few page faults).
+        "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
+        "transparent_hugepage": _thp_mode(),
     }
+
+
+def _thp_mode() -> str | None:
+    """The kernel's transparent huge page mode (the bracketed word of its sysfs setting), None where unknown."""
+    try:
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    start, end = text.find("["), text.find("]")
+    return text[start + 1 : end] if 0 <= start < end else None

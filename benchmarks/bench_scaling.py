@@ -542,6 +542,8 @@ def describe() -> dict[str, Any]:
         "orjson": package_version("orjson"),
         "pybase64": package_version("pybase64"),
         "base64_backend": BACKEND,
+        "glibc_tunables": machine["glibc_tunables"],
+        "transparent_hugepage": machine["transparent_hugepage"],
     }
 
 
@@ -594,7 +596,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"\n{machine['cpu']}, {machine['usable_cpus']} usable CPUs, Python {machine['python']}; numpy "
         f"{machine['numpy']}, orjson {machine['orjson']}, pybase64 {machine['pybase64']}, r3wire {machine['r3wire']}; "
-        f"load average {machine['load_average_at_start']} -> {machine['load_average_at_end']}; {machine['seconds']} s"
+        f"load average {machine['load_average_at_start']} -> {machine['load_average_at_end']}; {machine['seconds']} s; "
+        f"transparent huge pages {machine['transparent_hugepage']}, GLIBC_TUNABLES {machine['glibc_tunables']}"
     )
     print(
         "medians; x memcpy = round trip / np.copyto of the int32 source (interleaved samples, same size), wall "

@@ -599,7 +599,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     info = versions()
     print(
         f"\nmachine: {machine['cpu']}, {machine['usable_cpus']} usable of {machine['logical_cpus']} logical CPUs, "
-        f"{machine['memory']}, {machine['python']}; load average {machine['load_average_at_start']} at start"
+        f"{machine['memory']}, {machine['python']}; load average {machine['load_average_at_start']} at start; "
+        f"transparent huge pages {machine['transparent_hugepage']}, GLIBC_TUNABLES {machine['glibc_tunables']}"
     )
     print("versions: " + ", ".join(f"{k} {v}" for k, v in info.items()))
     print(

@@ -569,7 +569,9 @@ def dumps(
     refuses what would not come back, such as an object of the caller's that spells an r3wire ``schema``.
     Large arrays are checked, narrowed and base64-encoded piece by piece straight into the output, which is the
     only body-sized allocation. A result over 32 MiB is a fresh mapping the kernel faults in page by page (about
-    as long as the encode itself on these VMs); :func:`iter_dumps` into a reused buffer avoids that.
+    as long as the encode itself on these VMs); :func:`iter_dumps` into a reused buffer avoids that, and so does
+    starting the process with ``GLIBC_TUNABLES=glibc.malloc.hugetlb=1`` (glibc 2.35 or later, transparent huge
+    pages in ``madvise`` or ``always`` mode): a Kimi K2 ``dumps`` took 32 ms with 10,241 page faults, 13 ms with 21.
 
     Args:
         obj: the document, e.g. ``{"choices": [{"routed_experts": array, "logprobs": array, ...}], ...}``.
