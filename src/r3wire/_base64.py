@@ -106,7 +106,7 @@ def check_canonical(text: _Text, nbytes: int, *, field: str = "data") -> _Text:
     checked = _ascii(text, field)
     check_encoded_length(checked, nbytes, field)
     pad = nbytes % 3
-    if nbytes == 0 or not pad:
+    if not pad:
         return checked
     tail = checked[-4:]
     tail_bytes = tail.encode("ascii") if isinstance(tail, str) else bytes(tail)

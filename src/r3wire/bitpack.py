@@ -339,10 +339,7 @@ def unpack_bits(
         DecodeError: ``bits`` is out of range, the buffer has the wrong length, or a pad bit is set.
         R3WireError: ``dtype`` cannot hold ``bits``-bit ids.
     """
-    bits = _check_bits(bits, DecodeError)
-    out_dtype = np.dtype(dtype).newbyteorder("=")
-    if out_dtype.kind not in "iu" or out_dtype.itemsize * 8 - (out_dtype.kind == "i") < bits:
-        raise R3WireError.make("dtype", f"an integer dtype that holds {bits}-bit ids", str(out_dtype), raw=True)
+    bits, out_dtype = _unpack_arguments(bits, dtype)
     nbytes = packed_nbytes(count, bits)
     stream = buffer.reshape(-1).view(np.uint8) if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8)
     if stream.size != nbytes:
@@ -368,11 +365,17 @@ def unpack_bits_from(
         DecodeError: ``bits`` is out of range or a pad bit is set (and whatever ``read`` raises).
         R3WireError: ``dtype`` cannot hold ``bits``-bit ids.
     """
-    bits = _check_bits(bits, DecodeError)
-    out_dtype = np.dtype(dtype).newbyteorder("=")
-    if out_dtype.kind not in "iu" or out_dtype.itemsize * 8 - (out_dtype.kind == "i") < bits:
-        raise R3WireError.make("dtype", f"an integer dtype that holds {bits}-bit ids", str(out_dtype), raw=True)
+    bits, out_dtype = _unpack_arguments(bits, dtype)
     return _unpack(lambda start, stop: np.frombuffer(read(start, stop), np.uint8), count, bits, out_dtype, field)
+
+
+def _unpack_arguments(bits: object, dtype: Any) -> tuple[int, np.dtype[Any]]:
+    """``bits`` checked, and the native-order integer dtype ``dtype`` names, refused if it cannot hold them."""
+    width = _check_bits(bits, DecodeError)
+    out_dtype = np.dtype(dtype).newbyteorder("=")
+    if out_dtype.kind not in "iu" or out_dtype.itemsize * 8 - (out_dtype.kind == "i") < width:
+        raise R3WireError.make("dtype", f"an integer dtype that holds {width}-bit ids", str(out_dtype), raw=True)
+    return width, out_dtype
 
 
 def _unpack(
