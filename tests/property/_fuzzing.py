@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+import numpy as np
 from hypothesis import strategies as st
 
 from r3wire import DecodeError
 
-__all__ = ["JSON_LEAVES", "JSON_VALUES", "corrupted", "decoded_or_none"]
+__all__ = ["JSON_LEAVES", "JSON_VALUES", "LAYOUTS", "corrupted", "decoded_or_none", "in_layout"]
 
 T = TypeVar("T")
 
@@ -50,3 +51,22 @@ def corrupted(text: bytes, noise: bytes, where: int) -> bytes:
     damaged = bytearray(text)
     damaged[where : where + len(noise)] = noise
     return bytes(damaged)
+
+
+LAYOUTS = ("plain", "fortran", "reversed", "readonly")
+
+
+def in_layout(draw: st.DrawFn, array: np.ndarray[Any, Any], layouts: Sequence[str] = LAYOUTS) -> np.ndarray[Any, Any]:
+    """A freshly drawn 3-d ``array`` in a memory layout encoders must read alike: as drawn, Fortran order, both
+    outer axes reversed (negative strides, reversed values), axes transposed in memory, or read-only."""
+    layout = draw(st.sampled_from(layouts))
+    if layout == "fortran":
+        return np.asfortranarray(array)
+    if layout == "reversed":
+        return array[::-1, :, ::-1]
+    if layout == "transposed":
+        transposed: np.ndarray[Any, Any] = np.ascontiguousarray(array.transpose(2, 1, 0)).transpose(2, 1, 0)
+        return transposed
+    if layout == "readonly":
+        array.flags.writeable = False
+    return array

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from _fuzzing import decoded_or_none
+from _fuzzing import decoded_or_none, in_layout
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -78,13 +78,7 @@ def routes_and_experts(draw: st.DrawFn) -> tuple[np.ndarray[Any, Any], int | Non
     boundary = [b for b in (0, high, high >> 1, (high >> 1) + 1) if b <= high]
     ids = st.one_of(st.sampled_from(boundary), st.integers(0, high))
     array: np.ndarray[Any, Any] = draw(hnp.arrays(dtype, shape, elements=ids))
-    view = draw(st.sampled_from(["plain", "fortran", "reversed", "readonly"]))
-    if view == "fortran":
-        array = np.asfortranarray(array)
-    elif view == "reversed":
-        array = array[::-1, :, ::-1]
-    elif view == "readonly":
-        array.flags.writeable = False
+    array = in_layout(draw, array)
     largest = int(array.max()) if array.size else 0
     num_experts = draw(st.one_of(st.none(), st.integers(largest + 1, 2**31)))
     return array, num_experts

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _fuzzing import in_layout
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -35,14 +36,7 @@ def routes_cases(draw: st.DrawFn) -> tuple[np.ndarray[Any, Any], int | None, boo
         where = tuple(draw(st.integers(0, n - 1)) for n in shape)
         bad = [v for v in (-1, int(info.min), num_experts, 2**31, int(info.max)) if v is not None]
         routes[where] = draw(st.sampled_from([v for v in bad if info.min <= v <= info.max]))
-    layout = draw(st.sampled_from(["plain", "fortran", "reversed", "readonly"]))
-    if layout == "fortran":
-        routes = np.asfortranarray(routes)
-    elif layout == "reversed":
-        routes = routes[::-1, :, ::-1]
-    elif layout == "readonly":
-        routes.flags.writeable = False
-    return routes, num_experts, draw(st.booleans())
+    return in_layout(draw, routes), num_experts, draw(st.booleans())
 
 
 def _outcome(encode: Any) -> Any:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from _fuzzing import JSON_VALUES, corrupted, decoded_or_none
+from _fuzzing import JSON_VALUES, corrupted, decoded_or_none, in_layout
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -33,16 +33,7 @@ def route_arrays(draw: st.DrawFn) -> np.ndarray[Any, Any]:
     high = min(int(np.iinfo(dtype.type).max), 2**31 - 1)
     ids = st.one_of(st.sampled_from([b for b in BOUNDARY_IDS if b <= high]), st.integers(0, high))
     array: np.ndarray[Any, Any] = draw(hnp.arrays(dtype, shape, elements=ids))
-    view = draw(st.sampled_from(["plain", "fortran", "reversed", "transposed", "readonly"]))
-    if view == "fortran":
-        array = np.asfortranarray(array)
-    elif view == "reversed":
-        array = array[::-1, :, ::-1]
-    elif view == "transposed":
-        array = np.ascontiguousarray(array.transpose(2, 1, 0)).transpose(2, 1, 0)
-    elif view == "readonly":
-        array.flags.writeable = False
-    return array
+    return in_layout(draw, array, ("plain", "fortran", "reversed", "transposed", "readonly"))
 
 
 @given(route_arrays())
