@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
 from typing import Any
 
 import numpy as np
 import pytest
 
 from bitref import pack_reference, unpack_reference
-from r3wire import DecodeError, EncodeError, R3WireError, bitpack
+from r3wire import DecodeError, EncodeError, R3WireError, bitpack, decode_routes, encode_routes
 from r3wire.bitpack import MAX_BITS, pack_bits, packed_nbytes, unpack_bits
 
 ALL_BITS = range(1, MAX_BITS + 1)
@@ -194,3 +196,27 @@ def test_one_pass_check_still_sees_negative_ids(dtype: str) -> None:
             pack_bits(ids, bits)
         with pytest.raises(EncodeError, match="got -1"):
             pack_bits(ids[1230:1240], bits)  # the small-count path
+
+
+def _decode_overhead(rows: int) -> tuple[int, int]:
+    """Bytes a packed envelope's decode allocates besides its output (tracemalloc peak), and the stream's size."""
+    routes = np.random.default_rng(rows).integers(0, 384, size=(rows, 60, 8), dtype=np.int32)
+    envelope = encode_routes(routes, num_experts=384, pack_bits=True)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        decoded = decode_routes(envelope, num_experts=384)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(decoded, routes)
+    return peak - decoded.nbytes, bitpack.packed_nbytes(routes.size, 9)
+
+
+def test_packed_envelope_decode_holds_no_stream_sized_buffer() -> None:
+    # The base64 is decoded range by range into the unpacker: what a decode holds besides its output is bounded
+    # scratch, the same at 4x the size (decoding the whole stream first made it grow by the stream's size).
+    small, _ = _decode_overhead(4096)
+    large, stream = _decode_overhead(16384)
+    assert large < stream
+    assert large <= small + (1 << 20)
