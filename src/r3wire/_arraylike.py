@@ -21,7 +21,16 @@ def as_numpy(obj: object, *, field: str) -> np.ndarray[Any, Any]:
         EncodeError: ``obj`` cannot be viewed as an array.
     """
     if isinstance(obj, np.ndarray):
-        return obj
+        if isinstance(obj, np.ma.MaskedArray):
+            # Its hidden values would travel and its mask would be lost, without a word.
+            raise EncodeError.make(
+                field,
+                "an array without a mask (send arr.filled(value), or the mask as its own array)",
+                "a numpy.ma.MaskedArray",
+                raw=True,
+            )
+        # A subclass may override min(), max() or comparisons: the checks here must see the bytes that are sent.
+        return obj if type(obj) is np.ndarray else obj.view(np.ndarray)
     torch = sys.modules.get("torch")
     if torch is not None and isinstance(obj, torch.Tensor):
         from r3wire.torch import tensor_to_numpy  # noqa: PLC0415  # the adapter is a leaf; load it only when used

@@ -12,6 +12,7 @@ import importlib
 import os
 from typing import Any
 
+from r3wire._validate import as_text
 from r3wire.errors import DecodeError
 
 __all__ = [
@@ -66,14 +67,11 @@ def b64encode_bytes(buffer: memoryview) -> bytes:
     return binascii.b2a_base64(buffer, newline=False)
 
 
-def _ascii(text: str | bytes | bytearray | memoryview, field: str) -> bytes | bytearray | memoryview | str:
-    if isinstance(text, str):
-        if not text.isascii():
-            raise DecodeError.make(field, "standard base64 text (ASCII)", "text with non-ASCII characters", raw=True)
-        return text
-    if isinstance(text, (bytes, bytearray, memoryview)):
-        return text
-    raise DecodeError.make(field, "a base64 string", type(text).__name__, raw=True)
+def _ascii(text: object, field: str) -> bytes | bytearray | memoryview | str:
+    checked = as_text(text, field, "a base64 string", buffers=False)
+    if isinstance(checked, str) and not checked.isascii():
+        raise DecodeError.make(field, "standard base64 text (ASCII)", "text with non-ASCII characters", raw=True)
+    return checked
 
 
 def check_encoded_length(text: str | bytes | bytearray | memoryview, nbytes: int, field: str) -> None:

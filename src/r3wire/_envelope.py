@@ -18,7 +18,7 @@ import numpy as np
 
 from r3wire._base64 import b64decode_range, b64decode_strict, b64encode_text, check_canonical, check_encoded_length
 from r3wire._routecheck import ROUTES_MIN_DIMS, check_bits, check_declared, check_num_experts
-from r3wire._validate import check_element_count, check_keys, check_shape
+from r3wire._validate import Text, as_text, check_element_count, check_keys, check_shape
 from r3wire.bitpack import packed_nbytes, unpack_bits_from
 from r3wire.errors import DecodeError, EncodeError
 from r3wire.schema import (
@@ -216,7 +216,7 @@ def check_header(
     if raw:
         _check_raw_length(data, nbytes, count, width or dtype)
     else:
-        _check_text_length(data, nbytes)
+        data = _check_text_length(data, nbytes)
     if max_elements is None or count > max_elements or not count:  # else the count is the extent, and within it
         check_element_count(dims, max_elements)
     return Header(
@@ -231,12 +231,10 @@ def check_header(
     )
 
 
-def _check_text_length(data: object, nbytes: int) -> None:
-    if isinstance(data, memoryview) and not (data.c_contiguous and data.itemsize == 1 and data.ndim == 1):
-        raise DecodeError.make(KEY_DATA, "a base64 string", f"a memoryview of format {data.format!r}", raw=True)
-    if not isinstance(data, (str, bytes, bytearray, memoryview)):
-        raise DecodeError.make(KEY_DATA, "a base64 string", type(data).__name__, raw=True)
-    check_encoded_length(data, nbytes, KEY_DATA)
+def _check_text_length(data: object, nbytes: int) -> Text:
+    text = as_text(data, KEY_DATA, "a base64 string", buffers=False)
+    check_encoded_length(text, nbytes, KEY_DATA)
+    return text
 
 
 def _check_raw_length(data: object, nbytes: int, count: int, packing: int | str) -> None:

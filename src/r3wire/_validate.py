@@ -164,6 +164,43 @@ def check_element_count(shape: Sequence[int], max_elements: int | None, field: s
     return math.prod(shape)
 
 
+# Buffer formats whose items are single bytes (struct syntax; a byte-order prefix changes nothing for them).
+_BYTE_FORMATS: Final = frozenset({"B", "b", "c"})
+
+Text = str | bytes | bytearray | memoryview
+
+
+def as_text(data: object, field: str | None, expected: str, *, buffers: bool = True) -> Text:
+    """Text as every reader here takes it, without copying bytes: ``str``, ``bytes`` and ``bytearray`` as they are,
+    a ``str`` subclass (``np.str_``) as a plain ``str`` (orjson reads only ``str`` itself), and with ``buffers``
+    any other buffer of bytes (memoryview, NumPy uint8 array, mmap, ``array.array('B')``, a ``bytes`` subclass)
+    as a 1-d byte view. Without ``buffers`` only a 1-d memoryview of bytes is taken besides the three.
+
+    Buffers of wider items are refused rather than read as their raw bytes: a buffer of ``'I'`` or of object
+    pointers is not text, and its ``len()`` counts items, not bytes.
+
+    Raises:
+        DecodeError: naming ``field``: not text, a buffer whose items are not bytes, or one not contiguous.
+    """
+    cls = type(data)
+    if cls is str or cls is bytes or cls is bytearray:
+        return data  # type: ignore[return-value]  # exactly one of the three
+    if isinstance(data, str):
+        return str.__str__(data)  # a plain copy of the characters: a subclass may override __str__ itself
+    if not buffers and not isinstance(data, memoryview):
+        raise DecodeError.make(field, expected, cls.__name__, raw=True)
+    try:
+        view = memoryview(data)  # type: ignore[arg-type]  # any object with a buffer; checked here
+    except TypeError:
+        raise DecodeError.make(field, expected, cls.__name__, raw=True) from None
+    if view.format.lstrip("@=<>!") not in _BYTE_FORMATS or (not buffers and view.ndim != 1):
+        got = f"a {view.ndim}-d {cls.__name__} of format {view.format!r}"
+        raise DecodeError.make(field, f"{expected}: a 1-d buffer of bytes", got, raw=True)
+    if not view.c_contiguous:
+        raise DecodeError.make(field, f"{expected}: a contiguous buffer", f"a non-contiguous {cls.__name__}", raw=True)
+    return view if view.ndim == 1 and view.format == "B" else view.cast("B")
+
+
 def load_json(payload: str | bytes | bytearray | memoryview, *, what: str = "payload") -> Any:
     """Parse JSON text (``str`` or bytes-like) of any value: orjson's strictness (UTF-8, no NaN, bounded depth),
     and no object in it may name a member twice.
@@ -174,8 +211,7 @@ def load_json(payload: str | bytes | bytearray | memoryview, *, what: str = "pay
     Raises:
         DecodeError: the text is not valid JSON or names a member twice.
     """
-    if isinstance(payload, memoryview) and not (payload.c_contiguous and payload.itemsize == 1 and payload.ndim == 1):
-        raise DecodeError.make(None, f"JSON text ({what})", f"a memoryview of format {payload.format!r}", raw=True)
+    payload = as_text(payload, None, f"JSON text ({what})")
     try:
         parsed = orjson.loads(payload)
     except orjson.JSONDecodeError as exc:
@@ -198,7 +234,7 @@ def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
     """
     if isinstance(payload, Mapping):
         return payload
-    if isinstance(payload, (str, bytes, bytearray, memoryview)):
+    if isinstance(payload, (str, bytes, bytearray, memoryview)):  # other buffers are not taken for JSON text here
         parsed = load_json(payload, what=what)
         if not isinstance(parsed, dict):
             raise DecodeError.make(None, f"a JSON object ({what})", f"a JSON {type(parsed).__name__}", raw=True)

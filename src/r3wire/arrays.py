@@ -25,10 +25,14 @@ def _allowed(dtypes: Collection[str] | None) -> tuple[str, ...]:
         return tuple(WIRE_DTYPES)
     if isinstance(dtypes, str):  # a lone string is a collection of characters: almost certainly a mistake
         dtypes = (dtypes,)
-    unknown = [d for d in dtypes if d not in WIRE_DTYPES]
-    if unknown or not dtypes:
-        raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", list(dtypes))
-    return tuple(dtypes)
+    given: object = dtypes  # callers outside the type checker pass anything
+    try:
+        names: tuple[object, ...] = tuple(given)  # type: ignore[arg-type]  # once: a generator is used up
+    except TypeError:
+        raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", dtypes) from None
+    if not names or not all(isinstance(d, str) and d in WIRE_DTYPES for d in names):
+        raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", list(names))
+    return tuple(str(d) for d in names)  # str subclasses as plain names
 
 
 def encode_array(array: Any, *, dtypes: Collection[str] | None = None) -> dict[str, Any]:
@@ -64,7 +68,27 @@ def array_wire(array: Any, *, dtypes: Collection[str] | None = None) -> tuple[np
             "array", f"an array of at most {MAX_NDIM} dimensions", f"{arr.ndim} dimensions", raw=True
         )
     name = wire_dtype_name(arr.dtype, field="array", allowed=allowed)
+    if name == "bool":
+        _check_bool_bytes(arr)
     return to_wire_bytes(arr, name), name
+
+
+def _check_bool_bytes(arr: np.ndarray[Any, Any]) -> None:
+    """Refuse a bool array holding a byte other than 0 or 1 (a NumPy or torch view of other bytes can): the wire
+    format forbids such bytes, and rewriting them as 1 would change the bits the caller handed over.
+
+    Raises:
+        EncodeError: naming the first such element and its byte.
+    """
+    raw = arr.view(np.uint8)
+    if raw.size and int(raw.max()) > 1:
+        flat = int(np.flatnonzero(raw.reshape(-1) > 1)[0])  # reshape copies only a non-contiguous array
+        where = [int(i) for i in np.unravel_index(flat, arr.shape)]
+        raise EncodeError.make(
+            f"array{where}",
+            "a bool stored as byte 0 or 1 (arr.view(np.uint8) != 0 makes one)",
+            int(raw.reshape(-1)[flat]),
+        )
 
 
 def decode_array(

@@ -71,6 +71,9 @@ def check_floor(floor: object, dtype: np.dtype[Any] | None = None) -> float:
         raise R3WireError.make("floor", "a finite float", floor) from None
     if not math.isfinite(value) or (isinstance(floor, (int, np.integer)) and int(value) != int(floor)):
         raise R3WireError.make("floor", "a finite float", floor)
+    if isinstance(floor, np.floating) and floor.dtype.itemsize > 8 and np.longdouble(value) != floor:
+        # float() rounded an extended-precision floor: the caller's value would not be the one written.
+        raise R3WireError.make("floor", "a value exactly representable as a float64", str(floor), raw=True)
     if dtype is not None:
         # The floor is written into the caller's dtype; a floor that would round there (e.g. -9999.0 in float16
         # is -10000.0) is refused up front, for every input, rather than only on the rare call that clamps.
@@ -120,8 +123,9 @@ def _sequence_to_array(values: Sequence[object], field: str) -> np.ndarray[Any, 
     return np.array(values, dtype=np.float64)
 
 
-def as_float_array(values: object, field: str = "values") -> tuple[np.ndarray[Any, Any], bool]:
-    """``values`` as a float16/32/64 NumPy array: arrays and tensors as they are, sequences as float64.
+def as_float_array(values: object, field: str = "values", *, half: bool = True) -> tuple[np.ndarray[Any, Any], bool]:
+    """``values`` as a float16/32/64 NumPy array (float32/64 unless ``half``): arrays and tensors as they are,
+    sequences as float64.
 
     Missing entries (None) of a sequence become NaN. Returns the array and whether it is a new one (``False``
     when it may share memory with ``values``).
@@ -134,8 +138,15 @@ def as_float_array(values: object, field: str = "values") -> tuple[np.ndarray[An
         if array.dtype == np.dtype(object):
             flat = _sequence_to_array(array.reshape(-1).tolist(), field)
             return flat.reshape(array.shape), True
-        if array.dtype.kind != "f" or array.dtype.itemsize not in _FLOAT_SIZES:
-            raise EncodeError.make(f"{field}.dtype", "float16, float32 or float64", str(array.dtype), raw=True)
+        if (
+            array.dtype.kind != "f"
+            or array.dtype.itemsize not in _FLOAT_SIZES
+            or (array.dtype.itemsize == 2 and not half)
+        ):
+            expected = (
+                "float16, float32 or float64" if half else "float32 or float64 (float16.astype(np.float32) is exact)"
+            )
+            raise EncodeError.make(f"{field}.dtype", expected, str(array.dtype), raw=True)
         return array, False
     if isinstance(values, Sequence) and not isinstance(values, (str, bytes, bytearray)):
         return _sequence_to_array(values, field), True
@@ -277,11 +288,7 @@ def encode_logprobs(
     request_id = check_request_id(request_id)
     if not isinstance(clamp, bool):
         raise R3WireError.make("clamp", "a bool", clamp)
-    array, fresh = as_float_array(values, field="logprobs")
-    if array.dtype.itemsize == 2:
-        raise EncodeError.make(
-            "logprobs.dtype", "float32 or float64 (float16.astype(np.float32) is exact)", "float16", raw=True
-        )
+    array, fresh = as_float_array(values, field="logprobs", half=False)
     name = wire_dtype_name(array.dtype, field="logprobs", allowed=LOGPROB_DTYPES)
     floor = _default_floor(array.dtype) if floor is None else check_floor(floor, array.dtype)
     if clamp:

@@ -15,6 +15,8 @@ rest, and decodes each blob straight from the input buffer. Neither ever holds t
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import io
 import json
 import logging
@@ -23,7 +25,6 @@ import os
 import re
 import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import numpy as np
@@ -34,7 +35,7 @@ from r3wire._base64 import b64encode_bytes, encoded_length
 from r3wire._bytesearch import find_byte
 from r3wire._envelope import build_envelope
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
-from r3wire._validate import optional_max_elements
+from r3wire._validate import as_text, optional_max_elements
 from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.logprobs import LOGPROB_FLOOR, as_float_array, clamp_logprobs, decode_logprobs, encode_logprobs
@@ -143,6 +144,17 @@ _NUMBER_TYPES: Final = frozenset({int, float, bool})
 _CONTAINER_TYPES: Final = frozenset({dict, list})
 
 
+def _null(_: object) -> None:
+    return None
+
+
+def _json_name(value: object) -> str | None:
+    """The string orjson writes for ``value`` when it writes one (a str, a str subclass, an enum of either), or None."""
+    while isinstance(value, enum.Enum):
+        value = value.value
+    return str.__str__(value) if isinstance(value, str) else None
+
+
 def _inert(items: Sequence[Any]) -> bool:
     """True if ``items`` holds nothing :func:`dumps` must look at: no array, container or non-finite float."""
     if len(items) < _LONG_LIST:
@@ -177,7 +189,7 @@ _LOGPROBS: Final = 2
 _PREFIXES: Final = {_PLAIN: "array", _ROUTES: "routes", _LOGPROBS: "logprobs"}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Blob:
     """An array the writer streams in place of its placeholder: flat source ids, checked and narrowed per piece."""
 
@@ -215,7 +227,7 @@ class _Blob:
             yield b64encode_bytes(piece.view(np.uint8).data)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Clamped:
     """One logprobs array dumps clamped: where, how many values were replaced, out of how many."""
 
@@ -234,6 +246,7 @@ class _Writer:
         "logprobs_keys",
         "nonce",
         "num_experts",
+        "option",
         "pack_bits",
         "path",
         "routes_keys",
@@ -249,6 +262,7 @@ class _Writer:
         logprobs_keys: frozenset[object],
         clamp: bool,
         splice: bool,
+        option: int | None = None,
     ) -> None:
         self.num_experts = num_experts
         self.pack_bits = pack_bits
@@ -256,6 +270,7 @@ class _Writer:
         self.logprobs_keys = logprobs_keys
         self.clamp = clamp
         self.splice = splice
+        self.option = option or 0
         # A placeholder must not occur anywhere else in the output; a random nonce per call makes that
         # impossible to arrange, and _segments checks it anyway. Made with the first blob: small documents have none.
         self.nonce = ""
@@ -286,7 +301,11 @@ class _Writer:
             return self._dict(value)
         if isinstance(value, (list, tuple)):
             return self._list(value)
-        return value  # str/int subclasses, dataclasses, datetimes, enums...: orjson's rules apply
+        if isinstance(value, enum.Enum):
+            return self.value(value.value, kind)  # orjson writes a member as its value: check that value
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return self._dataclass(value)
+        return value  # str/int subclasses, datetimes, UUIDs...: orjson's rules apply
 
     def _float(self, value: float) -> float:
         if not math.isfinite(value):
@@ -305,16 +324,34 @@ class _Writer:
             return str(value)
         return value  # orjson refuses it with a message naming the type
 
+    def _dataclass(self, value: Any) -> Any:
+        """A dataclass instance as the object orjson writes for it, so that its members are checked like a dict's."""
+        if self.option & orjson.OPT_PASSTHROUGH_DATACLASS:
+            return value  # the caller asked orjson to refuse dataclasses
+        # orjson's own choice of members (it skips some, e.g. names starting with "_"), read from what it writes
+        # with every value it cannot write as null: the members' values are then checked here as a dict's.
+        try:
+            names = orjson.loads(orjson.dumps(value, default=_null))
+        except orjson.JSONEncodeError:
+            return value  # orjson refuses it when it writes the document, with its own message
+        state = getattr(value, "__dict__", {})
+        members = {name: state[name] if name in state else getattr(value, name) for name in names}
+        return self._dict(members)
+
     def _dict(self, mapping: dict[Any, Any]) -> dict[Any, Any]:
-        schema = mapping.get(KEY_SCHEMA)
-        if isinstance(schema, str) and schema in _SCHEMAS:
+        schema = _json_name(mapping.get(KEY_SCHEMA))
+        if self.option & orjson.OPT_NON_STR_KEYS and any(type(key) is not str for key in mapping):
+            # orjson writes an enum key as its value: {Key.schema: ...} has a "schema" member too
+            named = [item for key, item in mapping.items() if _json_name(key) == KEY_SCHEMA]
+            schema = next((n for n in map(_json_name, named) if n in _SCHEMAS), schema)
+        if schema is not None and schema in _SCHEMAS:
             # loads would turn this object into an array (or refuse it): the document would not come back.
             raise self._fail(
                 EncodeError.make(
                     KEY_SCHEMA,
                     "no r3wire schema name in an object dumps writes as it is (loads would read the object as an "
                     "envelope); put the array itself in the document",
-                    str(schema),
+                    schema,
                 )
             )
         out: dict[Any, Any] | None = None
@@ -393,12 +430,11 @@ class _Writer:
 
     def _logprobs(self, value: Any) -> dict[str, Any]:
         if self.clamp:
-            array, _ = as_float_array(value, field="logprobs")
-            if array.dtype.itemsize != 2:  # encode_logprobs refuses float16 with its own message below
-                result = clamp_logprobs(array)
-                if result.num_clamped:
-                    self.clamped.append(_Clamped(_path(self.path), result.num_clamped, array.size))
-                value = result.values
+            array, _ = as_float_array(value, field="logprobs", half=False)  # encode_logprobs' dtypes
+            result = clamp_logprobs(array)
+            if result.num_clamped:
+                self.clamped.append(_Clamped(_path(self.path), result.num_clamped, array.size))
+            value = result.values
         return encode_logprobs(value)
 
     def _placeholder(self, blob: _Blob) -> str:
@@ -432,7 +468,7 @@ def _segments(text: bytes, nonce: bytes, blobs: Sequence[_Blob]) -> list[bytes |
     return parts
 
 
-@dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class _Options:
     num_experts: int | None
     pack_bits: bool
@@ -499,6 +535,7 @@ def _render(obj: Any, opts: _Options) -> list[bytes | _Blob]:
             logprobs_keys=opts.logprobs_keys,
             clamp=opts.clamp,
             splice=splice,
+            option=opts.option,
         )
         text = _write(obj, writer, opts.option)
         if not writer.blobs:
@@ -1056,22 +1093,12 @@ def _copy_containers(root: Any) -> Any:
 
 
 def _as_text(data: object) -> bytes | bytearray | memoryview | str:
-    """JSON text as given: str, bytes or bytearray as they are; any other bytes-like object as a byte view.
+    """JSON text as given (see :func:`~r3wire._validate.as_text`).
 
     Raises:
-        DecodeError: not text, or a buffer that is not contiguous.
+        DecodeError: not text, or a buffer that is not contiguous bytes.
     """
-    if isinstance(data, (bytes, bytearray, str)):
-        return data
-    try:
-        view = memoryview(data)  # type: ignore[arg-type]
-    except TypeError:
-        raise DecodeError.make(
-            "$", "JSON text (bytes-like or str) or a parsed document (dict or list)", type(data).__name__, raw=True
-        ) from None
-    if not view.c_contiguous:
-        raise DecodeError.make("$", "a contiguous buffer of JSON text", "a non-contiguous buffer", raw=True)
-    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+    return as_text(data, "$", "JSON text (bytes-like or str) or a parsed document (dict or list)")
 
 
 def loads(

@@ -55,8 +55,9 @@ def tensor_to_numpy(tensor: Any, *, field: str = "tensor") -> np.ndarray[Any, An
     torch = _torch()
     if not isinstance(tensor, torch.Tensor):
         raise EncodeError.make(field, "a torch.Tensor", type(tensor).__name__, raw=True)
-    if tensor.layout != torch.strided:
-        raise EncodeError.make(f"{field}.layout", "torch.strided (a dense tensor)", str(tensor.layout), raw=True)
+    if tensor.layout != torch.strided or tensor.is_nested:  # a nested tensor reports the strided layout
+        layout = "a nested tensor" if tensor.is_nested else str(tensor.layout)
+        raise EncodeError.make(f"{field}.layout", "torch.strided (a dense tensor)", layout, raw=True)
     if tensor.device.type == "meta":
         raise EncodeError.make(f"{field}.device", "a device holding data (not 'meta')", "meta", raw=True)
     host = tensor.detach()
