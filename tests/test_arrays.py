@@ -88,3 +88,28 @@ def test_routes_schema_is_not_an_array() -> None:
     with pytest.raises(DecodeError) as info:
         decode_array(encode_routes(np.zeros((1, 1, 1), np.int32)))
     assert info.value.field == "schema"
+
+
+def test_bool_arrays_holding_other_bytes_are_refused_not_rewritten() -> None:
+    # NumPy and torch make such arrays from views of bytes; the wire format forbids the bytes, and writing them
+    # as 1 would change what was handed over.
+    raw = np.frombuffer(bytes([0, 1, 1, 5]), np.bool_).reshape(2, 2)
+    with pytest.raises(EncodeError, match=r"^array\[1, 1\] must be a bool stored as byte 0 or 1.*got 5$"):
+        encode_array(raw)
+    with pytest.raises(EncodeError, match=r"^array\[1, 0\] must be a bool"):
+        encode_array(raw[:, ::-1])
+    clean = raw.view(np.uint8) != 0
+    assert decode_array(encode_array(clean)).tolist() == [[False, True], [True, True]]
+
+
+@pytest.mark.parametrize("dtypes", [[["uint8"]], 5, [None], [b"uint8"], ()])
+def test_dtypes_that_are_not_names_are_refused(dtypes: Any) -> None:
+    with pytest.raises(R3WireError, match=r"^dtypes must be a non-empty subset of"):
+        encode_array(np.zeros(2, np.uint8), dtypes=dtypes)
+    with pytest.raises(R3WireError, match=r"^dtypes must be a non-empty subset of"):
+        decode_array(encode_array(np.zeros(2, np.uint8)), dtypes=dtypes)
+
+
+def test_dtypes_may_be_any_iterable_of_names_even_a_generator() -> None:
+    envelope = encode_array(np.zeros(2, np.uint8), dtypes=(d for d in ["int8", "uint8"]))
+    assert decode_array(envelope, dtypes=(d for d in ["uint8"])).dtype == np.uint8

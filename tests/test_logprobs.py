@@ -658,3 +658,23 @@ def test_torch_tensor_is_clamped_into_a_new_array() -> None:
     assert result.num_clamped == 2
     assert bool(torch.isnan(tensor[0]))  # the tensor's storage is untouched
     assert decode_logprobs(encode_logprobs(tensor, clamp=True)).tolist() == [-9999.0, -1.0, -9999.0]
+
+
+def test_the_dtype_message_names_what_each_call_takes() -> None:
+    half = r"float16, float32 or float64"
+    whole = r"float32 or float64 \(float16.astype\(np.float32\) is exact\)"
+    for values in (np.zeros(2, np.int32), np.zeros(2, np.float16)):
+        with pytest.raises(EncodeError, match=rf"^logprobs.dtype must be {whole}, got {values.dtype}$"):
+            encode_logprobs(values)
+    with pytest.raises(EncodeError, match=rf"^values.dtype must be {half}, got int32$"):
+        clamp_logprobs(np.zeros(2, np.int32))
+    assert clamp_logprobs(np.array([np.nan], np.float16)).num_clamped == 1
+
+
+def test_an_extended_precision_floor_that_float64_would_round_is_refused() -> None:
+    if np.finfo(np.longdouble).eps >= np.finfo(np.float64).eps:
+        pytest.skip("long double is float64 on this platform")
+    above_one = np.longdouble(1) + np.finfo(np.longdouble).eps
+    with pytest.raises(R3WireError, match=r"^floor must be a value exactly representable as a float64"):
+        encode_logprobs([1.0], floor=above_one)
+    assert encode_logprobs([1.0], floor=np.longdouble(-5.5))["dtype"] == "float64"

@@ -3,7 +3,11 @@ logprob safety, parsed input and threads (issues 11 and 12)."""
 
 from __future__ import annotations
 
+import array
+import dataclasses
+import enum
 import logging
+import math
 import threading
 import tracemalloc
 from typing import Any
@@ -329,3 +333,113 @@ def test_threads_encode_and_decode_their_own_arrays() -> None:
     for thread in threads:
         thread.join()
     assert not errors, errors
+
+
+# --- edge inputs found by an outside review: one reader of text, and what dumps hands to orjson ---
+
+
+class _Text(str):
+    def __str__(self) -> str:  # a subclass may say anything here; the characters are what count
+        return "not the text"
+
+
+class _Bytes(bytes):
+    pass
+
+
+def test_text_of_any_str_subclass_or_byte_buffer_is_read_as_it_is() -> None:
+    text = r3wire.dumps({"routed_experts": BIG, "s": "é"})
+    for form in (_Text(text.decode()), np.str_(text.decode()), _Bytes(text), array.array("B", text)):
+        assert np.array_equal(r3wire.loads(form)["routed_experts"], BIG)
+    envelope = orjson.dumps(encode_routes(BIG[:2])).decode()
+    assert np.array_equal(decode_routes(_Text(envelope)), BIG[:2])
+    assert np.array_equal(decode_routes(np.str_(envelope)), BIG[:2])
+
+
+@pytest.mark.parametrize(
+    ("form", "got"),
+    [
+        (np.array([b"{}"], dtype=object), "format 'O'"),  # object pointers are not text
+        (array.array("I", b"{}  "), "format 'I'"),  # nor are 4-byte items, whose len() counts items
+        (memoryview(b"{}  ").cast("I"), "format 'I'"),
+        (np.frombuffer(b'{"a": 1}', np.uint8)[::2], "non-contiguous"),
+    ],
+)
+def test_buffers_that_are_not_contiguous_bytes_are_refused_by_name(form: Any, got: str) -> None:
+    with pytest.raises(DecodeError, match=r"^\$ must be JSON text") as info:
+        r3wire.loads(form)
+    assert got in str(info.value)
+
+
+def test_a_2d_byte_buffer_is_its_bytes_in_c_order() -> None:
+    text = b'{"a": [1, 2]}  '
+    assert r3wire.loads(np.frombuffer(text, np.uint8).reshape(3, 5)) == {"a": [1, 2]}
+
+
+class _Schema(enum.Enum):
+    ARRAY = "r3wire.array"
+
+
+class _Key(enum.Enum):
+    SCHEMA = "schema"
+
+
+@dataclasses.dataclass
+class _Envelope:
+    data: str
+    shape: list[int]
+    dtype: str
+    schema: str
+    version: int
+
+
+@dataclasses.dataclass
+class _Output:
+    text: str
+    routed_experts: Any
+    score: float = 0.5
+    _private: int = 3
+
+
+def test_enums_and_dataclasses_that_spell_a_schema_are_refused() -> None:
+    members = {"data": "AQ==", "shape": [1], "dtype": "uint8", "version": 1}
+    cases: list[tuple[dict[Any, Any], int | None]] = [
+        ({"x": {"schema": _Schema.ARRAY, **members}}, None),
+        ({"x": {_Key.SCHEMA: "r3wire.array", **members}}, orjson.OPT_NON_STR_KEYS),
+        ({"x": {_Key.SCHEMA: _Schema.ARRAY, **members}}, orjson.OPT_NON_STR_KEYS),
+        ({"x": _Envelope("AQ==", [1], "uint8", "r3wire.array", 1)}, None),
+    ]
+    for doc, option in cases:
+        with pytest.raises(EncodeError, match=r"^\$\.x\.schema must be no r3wire schema name"):
+            r3wire.dumps(doc, option=option)
+
+
+def test_dataclasses_are_written_as_orjson_writes_them_and_checked_like_dicts() -> None:
+    out = _Output("hi", np.array([[[1, 2]], [[3, 4]]], np.int32))
+    text = r3wire.dumps({"o": out, "mood": _Schema.ARRAY})
+    assert list(orjson.loads(text)["o"]) == list(orjson.loads(orjson.dumps(_Output("hi", None))))  # no "_private"
+    back = r3wire.loads(text)
+    assert back["mood"] == "r3wire.array"
+    assert back["o"]["text"] == "hi"
+    assert back["o"]["score"] == 0.5
+    assert np.array_equal(back["o"]["routed_experts"], out.routed_experts)
+    with pytest.raises(EncodeError, match=r"^\$\.o\.score must be a finite number"):
+        r3wire.dumps({"o": _Output("hi", None, math.nan)})
+    with pytest.raises(EncodeError, match="JSON-serializable"):  # the caller asked orjson to refuse them
+        r3wire.dumps({"o": _Output("hi", None)}, option=orjson.OPT_PASSTHROUGH_DATACLASS)
+
+
+def test_masked_arrays_are_refused_and_subclasses_are_read_as_their_bytes() -> None:
+    masked = np.ma.masked_array([1, 99], mask=[False, True])
+    with pytest.raises(EncodeError, match=r"^\$\.x must be an array without a mask"):
+        r3wire.dumps({"x": masked})
+    with pytest.raises(EncodeError, match="without a mask"):
+        encode_routes(np.ma.masked_array(BIG, mask=BIG > 3))
+
+    class Lying(np.ndarray):  # a subclass whose max() hides an id that would be sent
+        def max(self, *args: Any, **kwargs: Any) -> Any:
+            return 0
+
+    lying = np.array([[[1, 200]]], np.int32).view(Lying)
+    with pytest.raises(EncodeError, match="num_experts=16"):
+        encode_routes(lying, num_experts=16)

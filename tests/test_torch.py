@@ -113,6 +113,13 @@ def test_sparse_and_meta_tensors_are_encode_errors() -> None:
         encode_routes(torch.zeros(1, 2, 2, dtype=torch.int32, device="meta"))
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch calls nested tensors a prototype
+def test_a_nested_tensor_is_named_by_its_layout() -> None:
+    nested = torch.nested.nested_tensor([torch.zeros(2), torch.zeros(3)])
+    with pytest.raises(EncodeError, match=r"^array\.layout must be torch\.strided \(a dense tensor\), got a nested"):
+        encode_array(nested)
+
+
 def test_tensor_to_numpy_rejects_non_tensors() -> None:
     with pytest.raises(EncodeError, match=r"tensor must be a torch\.Tensor, got list"):
         tensor_to_numpy([1, 2])

@@ -6,7 +6,7 @@ is converted, so every value, NaN payloads and -0.0 included, comes back bit for
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,7 @@ from r3wire.schema import ARRAY_SCHEMA, WIRE_DTYPES
 __all__ = ["decode_array", "encode_array"]
 
 
-def _allowed(dtypes: Collection[str] | None) -> tuple[str, ...]:
+def _allowed(dtypes: Iterable[str] | None) -> tuple[str, ...]:
     if dtypes is None:
         return tuple(WIRE_DTYPES)
     if isinstance(dtypes, str):  # a lone string is a collection of characters: almost certainly a mistake
@@ -35,7 +35,7 @@ def _allowed(dtypes: Collection[str] | None) -> tuple[str, ...]:
     return tuple(str(d) for d in names)  # str subclasses as plain names
 
 
-def encode_array(array: Any, *, dtypes: Collection[str] | None = None) -> dict[str, Any]:
+def encode_array(array: Any, *, dtypes: Iterable[str] | None = None) -> dict[str, Any]:
     """Encode an n-dimensional array as an ``r3wire.array`` envelope, preserving every value bit for bit.
 
     Args:
@@ -55,7 +55,7 @@ def encode_array(array: Any, *, dtypes: Collection[str] | None = None) -> dict[s
     return build_envelope(wire, name, ARRAY_SCHEMA)
 
 
-def array_wire(array: Any, *, dtypes: Collection[str] | None = None) -> tuple[np.ndarray[Any, Any], str]:
+def array_wire(array: Any, *, dtypes: Iterable[str] | None = None) -> tuple[np.ndarray[Any, Any], str]:
     """Check an array and return the wire array and its dtype name: :func:`encode_array` without base64.
 
     Raises:
@@ -94,7 +94,7 @@ def _check_bool_bytes(arr: np.ndarray[Any, Any]) -> None:
 def decode_array(
     payload: Any,
     *,
-    dtypes: Collection[str] | None = None,
+    dtypes: Iterable[str] | None = None,
     ndim: int | None = None,
     max_elements: int | None = None,
 ) -> np.ndarray[Any, Any]:

@@ -595,8 +595,9 @@ def dumps(
 ) -> bytes:
     """Serialize ``obj`` to JSON bytes, writing every NumPy array or torch tensor in it as an r3wire envelope.
 
-    The rule, applied to arrays found in dicts, lists and tuples (nested to any depth; not inside dataclasses or
-    other objects): an array that is the value of a key in ``routes_keys`` is written with
+    The rule, applied to arrays found in dicts, lists, tuples and dataclass instances (nested to any depth; a
+    dataclass is written with the members orjson writes for it, and an enum as its value, so both are checked
+    like the rest; not inside other objects): an array that is the value of a key in ``routes_keys`` is written with
     :func:`~r3wire.encode_routes` (compact uint8/int16/int32, ``num_experts`` passed on); one that is the value of
     a key in ``logprobs_keys`` with :func:`~r3wire.encode_logprobs`; every other array with
     :func:`~r3wire.encode_array` (its own dtype, bit for bit). Nested lists are never converted. NumPy scalars
