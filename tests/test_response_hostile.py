@@ -443,3 +443,18 @@ def test_masked_arrays_are_refused_and_subclasses_are_read_as_their_bytes() -> N
     lying = np.array([[[1, 200]]], np.int32).view(Lying)
     with pytest.raises(EncodeError, match="num_experts=16"):
         encode_routes(lying, num_experts=16)
+
+
+def test_envelopes_inside_tuples_of_a_parsed_document_are_decoded_and_tuples_kept() -> None:
+    envelope = encode_routes(BIG[:2])
+    doc = {"choices": ({"routed_experts": envelope, "t": (1, (2, envelope))},), "x": [envelope]}
+    out = r3wire.loads(doc)
+    assert type(out["choices"]) is tuple
+    assert type(out["choices"][0]["t"][1]) is tuple
+    for found in (out["choices"][0]["routed_experts"], out["choices"][0]["t"][1][1], out["x"][0]):
+        assert np.array_equal(found, BIG[:2])
+    assert doc["choices"][0]["routed_experts"] is envelope  # the caller's document is left as it was
+    root = r3wire.loads((envelope, 1))
+    assert type(root) is tuple
+    assert np.array_equal(root[0], BIG[:2])
+    assert root[1] == 1

@@ -141,7 +141,14 @@ def _relocate(error: R3WireError, path: str, prefix: str | None = None) -> R3Wir
 _LONG_LIST: Final = 16
 _INERT_TYPES: Final = frozenset({str, int, bool, type(None)})
 _NUMBER_TYPES: Final = frozenset({int, float, bool})
-_CONTAINER_TYPES: Final = frozenset({dict, list})
+
+
+class _TupleList(list[Any]):
+    """A tuple of a parsed document, copied as a list so that envelopes in it are decoded in place; made a tuple
+    again afterwards (JSON has no tuples, but a document built in Python may)."""
+
+
+_CONTAINER_TYPES: Final = frozenset({dict, list, _TupleList})
 
 
 def _null(_: object) -> None:
@@ -786,7 +793,7 @@ class _Reader:
                 root = self._decode(root)
             else:
                 self._visit(root)
-        elif type(root) is list:
+        elif type(root) is list or type(root) is _TupleList:
             self._visit(root)
         if self.used != len(self.blobs):
             raise _CutMismatchError
@@ -814,7 +821,7 @@ class _Reader:
                             node[key] = self._decode(item)
                         else:
                             stack.append(item)
-                    elif cls is list:
+                    elif cls is list or cls is _TupleList:
                         stack.append(item)
             else:
                 if len(node) >= _LONG_LIST and not _CONTAINER_TYPES.intersection(map(type, node)):
@@ -826,7 +833,7 @@ class _Reader:
                             node[index] = self._decode(item)
                         else:
                             stack.append(item)
-                    elif cls is list:
+                    elif cls is list or cls is _TupleList:
                         stack.append(item)
 
     def _restore(self, node: dict[str, Any]) -> None:
@@ -1075,22 +1082,50 @@ def _cut_blobs(
     return b"".join(pieces), blobs
 
 
-def _copy_containers(root: Any) -> Any:
-    """A copy of every dict and list in a parsed document (the leaves are shared), so decoding in place leaves
-    the caller's object as it was."""
-    if not isinstance(root, (dict, list)):
-        return root
-    top: Any = dict(root) if isinstance(root, dict) else list(root)
+def _copy_containers(root: Any) -> tuple[Any, bool]:
+    """A copy of every dict, list and tuple in a parsed document (the leaves are shared), so decoding in place
+    leaves the caller's object as it was; and whether there were tuples (copied as :class:`_TupleList`)."""
+    if not isinstance(root, (dict, list, tuple)):
+        return root, False
+    tuples = False
+
+    def copy(node: Any) -> Any:
+        nonlocal tuples
+        if isinstance(node, dict):
+            return dict(node)
+        if isinstance(node, list):
+            return list(node)
+        tuples = True
+        return _TupleList(node)
+
+    top = copy(root)
     stack = [top]
     while stack:
         node = stack.pop()
         items = node.items() if type(node) is dict else enumerate(node)
         for key, item in items:
-            if isinstance(item, (dict, list)):
-                copied: Any = dict(item) if isinstance(item, dict) else list(item)
+            if isinstance(item, (dict, list, tuple)):
+                copied = copy(item)
                 node[key] = copied
                 stack.append(copied)
-    return top
+    return top, tuples
+
+
+def _tuples_back(root: Any) -> Any:
+    """Turn every :class:`_TupleList` of a decoded copy back into a tuple, innermost first."""
+    order: list[Any] = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        order.append(node)
+        items = node.values() if type(node) is dict else node
+        stack.extend(item for item in items if type(item) in _CONTAINER_TYPES)
+    for node in reversed(order):  # every container after all of its descendants
+        items = list(node.items()) if type(node) is dict else list(enumerate(node))
+        for key, item in items:
+            if type(item) is _TupleList:
+                node[key] = tuple(item)
+    return tuple(root) if type(root) is _TupleList else root
 
 
 def _as_text(data: object) -> bytes | bytearray | memoryview | str:
@@ -1121,7 +1156,7 @@ def loads(
     Args:
         data: the JSON text, as any bytes-like object (bytes, bytearray, memoryview, a NumPy uint8 array; no
             copy is made) or ``str``; or a document already parsed (what ``httpx``'s or ``aiohttp``'s
-            ``.json()`` return), whose envelopes are decoded into a copy of its dicts and lists.
+            ``.json()`` return), whose envelopes are decoded into a copy of its dicts, lists and tuples.
         num_experts: the model's expert count: every routes envelope must agree with it (ids below it, and its
             own ``num_experts`` equal when present).
         max_elements: refuse any envelope declaring more elements than this, before decoding it; the decoders'
@@ -1140,9 +1175,11 @@ def loads(
     max_elements = optional_max_elements(max_elements)
     if data is None or isinstance(data, (bool, int, float)):  # a parsed document that is a scalar
         return data
-    if isinstance(data, (dict, list)):
-        reader = _Reader(_copy_containers(data), raw=None, blobs={}, num_experts=num_experts, max_elements=max_elements)
-        return reader.run()
+    if isinstance(data, (dict, list, tuple)):
+        copied, tuples = _copy_containers(data)
+        reader = _Reader(copied, raw=None, blobs={}, num_experts=num_experts, max_elements=max_elements)
+        decoded = reader.run()
+        return _tuples_back(decoded) if tuples else decoded
     text = _as_text(data)
     if not isinstance(text, str):
         cut, blobs = _cut_blobs(text)
