@@ -397,6 +397,8 @@ def test_detect_bare_base64_only_with_shape() -> None:
     ("kwargs", "field"),
     [
         ({"format": "npy"}, "format"),
+        ({"format": np.array(["auto", "x"])}, "format"),
+        ({"format": ["auto"]}, "format"),
         ({"num_layers": 0, "top_k": 1}, "num_layers"),
         ({"num_layers": 1, "top_k": True}, "top_k"),
         ({"dtype": "int128"}, "dtype"),

@@ -426,7 +426,9 @@ def read(
             for a format other than sglang).
         ImportError: fireworks-r3v1 without the ``zstd`` extra.
     """
-    name = "auto" if format == "auto" else _format_name(format)
+    named: object = format  # typed str, but untyped callers pass anything
+    # The type first: ``==`` on an ndarray compares elementwise, and its truth value raises.
+    name = "auto" if isinstance(named, str) and named == "auto" else _format_name(named)
     given: object = dtype  # typed str, but untyped callers pass anything
     if given is not None and (not isinstance(given, str) or given not in SGLANG_DTYPES):
         raise R3WireError.make("dtype", f"one of {list(SGLANG_DTYPES)} (sglang's bare string)", given)
