@@ -15,7 +15,7 @@ import pytest
 
 import r3wire
 from r3wire import DecodeError, EncodeError, R3WireError, formats
-from r3wire.formats import FORMATS, ReadResult, detect, read, write
+from r3wire.formats import FORMATS, ReadResult, detect, read, read_response, write
 from r3wire.synthetic import synthetic_routes
 
 SHAPE: dict[str, Any] = {"num_layers": 3, "top_k": 2}
@@ -384,6 +384,17 @@ def test_fireworks_without_zstandard_names_the_extra(monkeypatch: pytest.MonkeyP
 def test_detect_says_when_it_cannot_tell(payload: Any) -> None:
     with pytest.raises(DecodeError):
         detect(payload)
+
+
+@pytest.mark.parametrize("text", ["{}", "[1]", "[not json", " [[[0]]]", b"[[[0]]]"])
+def test_json_text_in_a_routed_experts_string_is_refused_naming_the_field(text: str | bytes) -> None:
+    for call in (detect, read):
+        with pytest.raises(DecodeError) as info:
+            call({"routed_experts": text})
+        assert info.value.field == "routed_experts"
+    with pytest.raises(DecodeError) as info:
+        read_response({"choices": [{"routed_experts": text}]})
+    assert info.value.field == "$.choices[0].routed_experts"
 
 
 def test_detect_bare_base64_only_with_shape() -> None:

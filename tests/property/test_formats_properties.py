@@ -185,6 +185,8 @@ KEYS = ["data", "shape", "dtype", "start", "schema", "version", "num_experts", "
 FIELD_VALUES = st.one_of(
     JSON_VALUES,
     st.sampled_from(["uint8", "uint16", "int16", "int32", "int8", "", "AAAA", "AA==", "0000", "~~~~~"]),
+    # JSON text where a routes string belongs: detection must not hand it on as a format of its own.
+    st.sampled_from(["{}", "[1]", "[not json", " [[[0]]]", '{"data": "AA=="}']),
     st.lists(st.integers(-3, 2**64), max_size=5),
     st.integers(-2, 2**33),
 )

@@ -257,6 +257,14 @@ def _detect_routed_experts_field(holder: Mapping[Any, Any], has_shape: bool) -> 
     if isinstance(value, (Mapping, list)):
         return _detect(value, has_shape=has_shape)
     if isinstance(value, (str, bytes, bytearray, memoryview)):
+        if _is_json_text(value):
+            # No engine double-encodes its routes: JSON text in a string field is a bug on the sending side.
+            raise DecodeError.make(
+                KEY_ROUTED_EXPERTS,
+                "a routes value (an object, nested lists or a format's string), not JSON text inside a string",
+                f"a string starting {_text_head(value)[:12]!r}",
+                raw=True,
+            )
         name = _detect_text(value, has_shape=None)
         if name is not None:
             return name, value
@@ -340,38 +348,54 @@ def _detect(payload: object, *, has_shape: bool) -> tuple[str, object]:
         raise DecodeError.make(
             None, "a routed-experts payload (str, bytes, a list or a mapping)", type(payload).__name__, raw=True
         )
-    name = _detect_text(payload, has_shape=has_shape)
-    if name == "json":
+    if _is_json_text(payload):
         parsed = load_json(payload, what="a routed-experts payload")
         if not isinstance(parsed, (dict, list)):
             raise DecodeError.make(None, "a JSON object or array", f"a JSON {type(parsed).__name__}", raw=True)
         return _detect(parsed, has_shape=has_shape)
+    name = _detect_text(payload, has_shape=has_shape)
     if name is not None:
         return name, payload
-    sniff = payload[:_SNIFF]
-    start = (sniff if isinstance(sniff, str) else bytes(sniff).decode("latin1")).lstrip()
     raise DecodeError.make(
         None,
         "a recognisable format: bare base64 without a magic prefix is SGLang's, which needs num_layers and top_k "
         "(pass both, or name the format)",
-        f"text starting {start[:12]!r}",
+        f"text starting {_text_head(payload)[:12]!r}",
         raw=True,
     )
 
 
-def _detect_text(payload: str | bytes | bytearray | memoryview, *, has_shape: bool | None) -> str | None:
-    """The format of a string or bytes by its first bytes; "json" for JSON object or array text; with
-    ``has_shape`` None, None instead of guessing SGLang."""
-    if not isinstance(payload, str):
-        head = bytes(payload[: len(NPY_MAGIC)])
-        if head == NPY_MAGIC:
-            return "vllm-npy"
-        if head[: len(ZSTD_MAGIC)] == ZSTD_MAGIC or _skippable(head):
-            return "fireworks-r3v1"
+def _text_head(payload: str | bytes | bytearray | memoryview) -> str:
+    """The first characters of ``payload`` after leading whitespace (bytes read as latin-1), for sniffing."""
     sniff = payload[:_SNIFF]
-    start = (sniff if isinstance(sniff, str) else bytes(sniff).decode("latin1")).lstrip()
-    if start.startswith(("{", "[")):
-        return "json"
+    return (sniff if isinstance(sniff, str) else bytes(sniff).decode("latin1")).lstrip()
+
+
+def _raw_format(payload: str | bytes | bytearray | memoryview) -> str | None:
+    """vllm-npy or fireworks-r3v1 for raw ``.npy`` or zstd bytes, by their magic; else None."""
+    if isinstance(payload, str):
+        return None
+    head = bytes(payload[: len(NPY_MAGIC)])
+    if head == NPY_MAGIC:
+        return "vllm-npy"
+    if head[: len(ZSTD_MAGIC)] == ZSTD_MAGIC or _skippable(head):
+        return "fireworks-r3v1"
+    return None
+
+
+def _is_json_text(payload: str | bytes | bytearray | memoryview) -> bool:
+    # A skippable zstd frame may start with "[" (0x5B): the magic wins, as it always has.
+    return _raw_format(payload) is None and _text_head(payload).startswith(("{", "["))
+
+
+def _detect_text(payload: str | bytes | bytearray | memoryview, *, has_shape: bool | None) -> str | None:
+    """The name of the format (a key of :data:`FORMATS`) of a string or bytes that is not JSON text (callers
+    check :func:`_is_json_text` first), by its first bytes; with ``has_shape`` None, None instead of guessing
+    SGLang."""
+    raw = _raw_format(payload)
+    if raw is not None:
+        return raw
+    start = _text_head(payload)
     if start.startswith(NEMO_RL_MAGIC + ":"):
         return "nemo-rl"
     if start.startswith(NPY_MAGIC_B64):
