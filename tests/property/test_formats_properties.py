@@ -3,6 +3,7 @@ reader keeps the fuzzing promise: any input is either read or raises DecodeError
 
 from __future__ import annotations
 
+import array
 import base64
 import contextlib
 import io
@@ -10,6 +11,7 @@ import json
 import struct
 import tempfile
 import tracemalloc
+from functools import partial
 from typing import Any
 from unittest import mock
 
@@ -24,6 +26,7 @@ from hypothesis.extra import numpy as hnp
 from r3wire.cli import main
 from r3wire.errors import DecodeError
 from r3wire.formats import FORMATS, ReadResult, _fireworks, read, read_response, write
+from r3wire.formats._response import ROUTES_FIELDS
 
 pytestmark = pytest.mark.property
 
@@ -275,6 +278,20 @@ def bodies(draw: st.DrawFn) -> Any:
     return body
 
 
+def _tupled(value: Any) -> Any:
+    """``value`` with every list a tuple (an in-process document built from tuples), routes values left as
+    they are (a routes value is read by its format, which takes lists)."""
+    if isinstance(value, dict):
+        return {k: v if k in ROUTES_FIELDS else _tupled(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_tupled(v) for v in value)
+    return value
+
+
+def _paths(results: list[ReadResult] | None) -> list[str | None] | None:
+    return None if results is None else [result.path for result in results]
+
+
 @given(body=st.one_of(JSON_VALUES, bodies()))
 def test_read_response_gives_results_or_decode_error(body: Any) -> None:
     results = decoded_or_none(lambda: read_response(body, **SHAPE))
@@ -284,9 +301,19 @@ def test_read_response_gives_results_or_decode_error(body: Any) -> None:
             assert result.path is not None
             assert result.path.startswith("$")
             assert result.routes.ndim == 3
+    if not isinstance(body, (dict, list, str)):
+        # A scalar is no response: refused, never [] (which reads as "no routes").
+        assert results is None
+    if isinstance(body, (dict, list)):
+        # Tuples are walked like lists: the same fields, at the same paths.
+        assert _paths(decoded_or_none(lambda: read_response(_tupled(body), **SHAPE))) == _paths(results)
     if isinstance(body, (dict, list)) and _jsonable(body):  # a str body is JSON text, not a parsed value
-        text_results = decoded_or_none(lambda: read_response(orjson.dumps(body), **SHAPE))
+        text = orjson.dumps(body)
+        text_results = decoded_or_none(lambda: read_response(text, **SHAPE))
         assert (results is None) == (text_results is None)
+        # Every bytes-like object loads accepts is the same text.
+        for buffer in (np.frombuffer(text, dtype=np.uint8), array.array("B", text), memoryview(text)):
+            assert _paths(decoded_or_none(partial(read_response, buffer, **SHAPE))) == _paths(text_results)
 
 
 def _peak_of(call: Any) -> tuple[int, Any]:

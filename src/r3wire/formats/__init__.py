@@ -66,7 +66,7 @@ from r3wire.formats._response import (
     token_ids_near,
 )
 from r3wire.formats._sglang import SGLANG_DTYPES, read_sglang, write_sglang
-from r3wire.response import _path
+from r3wire.response import _as_text, _path
 from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_SCHEMA, KEY_SHAPE, KEY_VERSION
 
 __all__ = [
@@ -505,8 +505,9 @@ def read_response(
     detected from the value.
 
     Args:
-        body: the response as JSON text (``str`` or bytes, e.g. ``response.content``) or already parsed
-            (``response.json()``); a list of bodies (SGLang batch) is read as one document.
+        body: the response as JSON text (``str`` or any bytes-like object, e.g. ``response.content``, a NumPy
+            uint8 array or an ``mmap``: what :func:`r3wire.loads` accepts) or already parsed (``response.json()``;
+            tuples are walked like lists); a list of bodies (SGLang batch) is read as one document.
         num_layers: layers per row: needed for SGLang and Fireworks routes, checked against the others.
         top_k: experts per layer, likewise.
         num_experts: when given, every id must be below it.
@@ -519,8 +520,9 @@ def read_response(
         has no routes.
 
     Raises:
-        DecodeError: the body is not JSON, or a routes field, its token ids or its logprobs are malformed; the
-            field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``).
+        DecodeError: the body is neither JSON text nor a parsed object or array (field ``$``, naming its type),
+            the text is not JSON or holds a JSON scalar, or a routes field, its token ids or its logprobs are
+            malformed; the field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``).
         R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path).
         ImportError: Fireworks routes without the ``zstd`` extra.
     """
@@ -530,8 +532,17 @@ def read_response(
     _positive(num_layers, "num_layers")
     _positive(top_k, "top_k")
     optional_num_experts(num_experts)
-    if isinstance(body, (str, bytes, bytearray, memoryview)):
-        body = load_json(body, what="a response body")
+    if not isinstance(body, (Mapping, list, tuple)):
+        # Exactly the text loads accepts (any bytes-like object or str); anything else is refused by type, never
+        # walked into [] (which a trainer would take for "no routes").
+        body = load_json(_as_text(body), what="a response body")
+        if not isinstance(body, (dict, list)):
+            raise DecodeError.make(
+                "$",
+                "a JSON object or array (a response body)",
+                "null" if body is None else f"a JSON {type(body).__name__}",
+                raw=True,
+            )
     results = []
     for found in find_routes(body):
         if found.key == KEY_ROUTED_EXPERTS:
