@@ -374,6 +374,27 @@ def test_fireworks_without_zstandard_names_the_extra(monkeypatch: pytest.MonkeyP
         read("KLUv/SAEIQAAAAAA", "fireworks-r3v1", **SHAPE)
 
 
+def _strided(raw: bytes) -> memoryview:
+    return memoryview(bytes(x for c in raw for x in (c, 0)))[::2]
+
+
+@pytest.mark.parametrize("name", ["vllm-npy", "sglang", "nemo-rl", "fireworks-r3v1", "raw-npy", "raw-zstd"])
+def test_buffers_that_are_not_plain_bytes_are_decode_errors(name: str) -> None:
+    fmt = {"raw-npy": "vllm-npy", "raw-zstd": "fireworks-r3v1"}.get(name, name)
+    _needs(fmt)
+    text = write(_routes(), fmt)
+    assert isinstance(text, str)
+    raw = base64.b64decode(text) if name.startswith("raw") else text.encode()
+    wide = memoryview(raw[: len(raw) // 4 * 4]).cast("I")
+    for view in (_strided(raw), wide, memoryview(raw).cast("B", (1, len(raw)))):
+        for payload in (view, {"routed_experts": view}):
+            for reader in (fmt, "auto"):
+                with pytest.raises(DecodeError, match="memoryview"):
+                    read(payload, reader, **SHAPE)
+    # A 1-byte format other than "B" is the same bytes.
+    assert np.array_equal(read(memoryview(bytearray(raw)).cast("b"), fmt, **SHAPE).routes, _routes())
+
+
 # --- detection and arguments ----------------------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ import importlib
 import os
 from typing import Any
 
+from r3wire._bytetext import byte_text
 from r3wire.errors import DecodeError
 
 __all__ = [
@@ -72,7 +73,9 @@ def _ascii(text: str | bytes | bytearray | memoryview, field: str) -> bytes | by
             raise DecodeError.make(field, "standard base64 text (ASCII)", "text with non-ASCII characters", raw=True)
         return text
     if isinstance(text, (bytes, bytearray, memoryview)):
-        return text
+        # A strided or wide memoryview: pybase64 raises BufferError where the stdlib copies it, and len() counts
+        # items, not characters. Refused alike under both back ends.
+        return byte_text(text, field)
     raise DecodeError.make(field, "a base64 string", type(text).__name__, raw=True)
 
 
@@ -130,7 +133,7 @@ def _decode(text: Any, nbytes: int, field: str) -> bytearray | bytes:
             out: bytearray | bytes = _pybase64.b64decode_as_bytearray(text, validate=True)
         else:
             out = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError, TypeError) as exc:
+    except (binascii.Error, ValueError, TypeError, BufferError) as exc:  # BufferError: a strided memoryview
         raise DecodeError.make(field, "standard base64 (A-Z a-z 0-9 + / with '=' padding)", str(exc), raw=True) from exc
     if len(out) != nbytes:  # '=' inside the text can shorten the output; the length check cannot see that
         raise DecodeError.make(field, f"base64 of {nbytes} bytes", f"{len(out)} bytes", raw=True)

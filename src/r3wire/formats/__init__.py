@@ -27,7 +27,7 @@ from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
 from r3wire._validate import check_int, check_shape, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
-from r3wire.formats._common import MISSING_ROUTE, ReadOptions, ReadResult, WriteOptions, load_json
+from r3wire.formats._common import MISSING_ROUTE, ReadOptions, ReadResult, WriteOptions, byte_text, load_json
 from r3wire.formats._envelopes import (
     PRIME_RL_DTYPES,
     read_prime_rl,
@@ -257,6 +257,7 @@ def _detect_routed_experts_field(holder: Mapping[Any, Any], has_shape: bool) -> 
     if isinstance(value, (Mapping, list)):
         return _detect(value, has_shape=has_shape)
     if isinstance(value, (str, bytes, bytearray, memoryview)):
+        value = byte_text(value, KEY_ROUTED_EXPERTS)
         if _is_json_text(value):
             # No engine double-encodes its routes: JSON text in a string field is a bug on the sending side.
             raise DecodeError.make(
@@ -314,7 +315,9 @@ def _looks_like_b85(obj: Mapping[Any, Any]) -> bool:
     except DecodeError:
         return False
     data = obj[KEY_DATA]
-    return isinstance(data, (str, bytes)) and count > 0 and len(data) == _B85_CHARS_PER_ID * count
+    return (
+        isinstance(data, (str, bytes, bytearray, memoryview)) and count > 0 and len(data) == _B85_CHARS_PER_ID * count
+    )
 
 
 def detect(payload: object, *, num_layers: int | None = None, top_k: int | None = None) -> str:
@@ -348,6 +351,7 @@ def _detect(payload: object, *, has_shape: bool) -> tuple[str, object]:
         raise DecodeError.make(
             None, "a routed-experts payload (str, bytes, a list or a mapping)", type(payload).__name__, raw=True
         )
+    payload = byte_text(payload, None)
     if _is_json_text(payload):
         parsed = load_json(payload, what="a routed-experts payload")
         if not isinstance(parsed, (dict, list)):
