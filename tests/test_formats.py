@@ -344,6 +344,35 @@ def test_fireworks_writer_checks_its_header_fields() -> None:
         write(_routes(100_000), "fireworks-r3v1")
 
 
+@pytest.mark.parametrize("name", ["fireworks-r3v1", "fireworks-trace", "fireworks-matrices"])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"start": 2**40}, "start"),  # fireworks-matrices: MemoryError from [None] * start
+        ({"start": 2**32 - 1}, "start"),  # start + rows beyond the u32
+        ({"total_tokens": 2**32}, "total_tokens"),
+        ({"start": 1, "total_tokens": 2**40}, "total_tokens"),
+    ],
+)
+def test_fireworks_token_counts_are_u32_before_anything_is_built(name: str, kwargs: dict[str, Any], field: str) -> None:
+    _needs(name)
+    with pytest.raises(EncodeError) as info:
+        write(np.zeros((1, 1, 1), dtype=np.int64), name, **kwargs)
+    assert info.value.field == field
+
+
+def test_fireworks_matrices_never_list_more_tokens_than_their_reader_takes() -> None:
+    routes = np.zeros((1, 64, 64), dtype=np.uint8)
+    most = (1 << 30) // (64 * 64)  # the reader's default max_elements over the elements per token
+    payload = write(routes, "fireworks-matrices", start=most - 1)
+    assert len(payload) == most
+    cases: list[tuple[dict[str, Any], str]] = [({"start": most}, "start"), ({"total_tokens": most + 1}, "total_tokens")]
+    for kwargs, field in cases:
+        with pytest.raises(EncodeError) as info:
+            write(routes, "fireworks-matrices", **kwargs)
+        assert info.value.field == field
+
+
 def test_fireworks_refuses_a_frame_declaring_too_much() -> None:
     zstandard = pytest.importorskip("zstandard")
     from r3wire.formats import MAX_DECOMPRESSED_BYTES

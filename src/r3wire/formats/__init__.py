@@ -41,6 +41,7 @@ from r3wire.formats._envelopes import (
 )
 from r3wire.formats._fireworks import (
     MAX_DECOMPRESSED_BYTES,
+    MAX_TOKEN_COUNT,
     SKIPPABLE_MAGIC_TAIL,
     ZSTD_MAGIC,
     ZSTD_MAGIC_B64,
@@ -659,6 +660,8 @@ def write(
             a BITMAP, fireworks-matrices ``null``; nemo-rl writes those rows as -1 (missing route); other formats
             accept only an all-true mask.
         total_tokens: fireworks SUFFIX and per-token matrices: the sequence length (default ``start + rows``).
+            For the Fireworks formats ``start``, ``total_tokens`` and ``start + rows`` are at most 2**32 - 1 (u32
+            in r3/v1; the per-token matrices list is held to the same bound); elsewhere ``start`` is an int64.
         dtype: the element type to write, if the format allows a choice; by default each format's own rule.
         num_experts: the model's expert count: every id must be below it, and formats whose engines pick the
             dtype from it (r3wire, vllm-npy, nemo-rl, fireworks-*) do the same.
@@ -671,7 +674,8 @@ def write(
 
     Raises:
         EncodeError: the routes cannot be represented exactly in the format (negative or too large ids, a
-            nonzero ``start`` or a partial ``mask`` the format cannot carry, a dtype too narrow).
+            nonzero ``start`` or a partial ``mask`` the format cannot carry, a dtype too narrow, a ``start`` or
+            ``total_tokens`` beyond the format's token count).
         R3WireError: an unknown format, or ``pack_bits`` not a bool.
         ImportError: fireworks-r3v1 and fireworks-trace without the ``zstd`` extra.
     """
@@ -690,10 +694,15 @@ def write(
         raise EncodeError.make("pack_bits", f"False or None ({name} has no bit-packed form; r3wire does)", True)
     arr = as_numpy(routes, field="routes")
     rows = int(arr.shape[0]) if arr.ndim else 0
+    # Token counts are bounded before any writer sizes anything by them (fireworks-matrices writes one list entry
+    # per token): Fireworks counts are u32 in r3/v1, and its per-token form is held to the same bound.
+    most = MAX_TOKEN_COUNT if name in _FIREWORKS else (1 << 63) - 1
     if start is not None:
-        start = check_int(start, "start", minimum=0, maximum=(1 << 63) - 1, error=EncodeError)
+        start = check_int(start, "start", minimum=0, maximum=most, error=EncodeError)
+        if name in _FIREWORKS and start + rows > most:
+            raise EncodeError.make("start", f"at most {most} - rows = {most - rows} (start + rows is a u32)", start)
     if total_tokens is not None:
-        total_tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=(1 << 63) - 1, error=EncodeError)
+        total_tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=most, error=EncodeError)
     mask_array = None if mask is None else _checked_mask(mask, rows)
     if name not in _FIREWORKS:
         if start and not FORMATS[name].carries_start:
