@@ -98,6 +98,23 @@ def test_writers_refuse_what_is_not_routes(name: str, bad: Any) -> None:
         write(bad, name)
 
 
+@pytest.mark.parametrize("name", list(FORMATS))
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (np.zeros((2, 0, 2), dtype=np.int64), "routes.shape[1]"),
+        (np.zeros((2, 2, 0), dtype=np.int64), "routes.shape[2]"),
+        (np.zeros((0, 0, 0), dtype=np.int64), "routes.shape[1]"),
+        (np.array([[[1, 2**64 - 1]]], dtype=np.uint64), "routes[0, 0, 1]"),
+    ],
+    ids=["no-layers", "no-slots", "empty", "beyond-int64"],
+)
+def test_writers_refuse_what_every_reader_refuses(name: str, bad: Any, field: str) -> None:
+    with pytest.raises(EncodeError) as info:
+        write(bad, name)
+    assert info.value.field == field
+
+
 @pytest.mark.parametrize("name", [n for n, f in FORMATS.items() if not f.carries_start])
 def test_formats_without_start_refuse_a_nonzero_start(name: str) -> None:
     with pytest.raises(EncodeError) as info:

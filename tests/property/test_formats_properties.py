@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from r3wire.cli import main
-from r3wire.errors import DecodeError
+from r3wire.errors import DecodeError, EncodeError
 from r3wire.formats import FORMATS, ReadResult, _fireworks, read, read_response, write
 from r3wire.formats._response import ROUTES_FIELDS
 
@@ -37,33 +37,51 @@ except ImportError:  # the fireworks-r3v1 properties skip; the rest still run
 
 NAMES = [name for name, fmt in FORMATS.items() if fmt.extra is None or zstandard is not None]
 # The largest id each format can carry (NeMo-RL, SGLang, prime-rl-b85 and the envelopes reach int32).
-HIGHEST = {"fireworks-r3v1": 65535, "fireworks-trace": 65535, "fireworks-matrices": 65535}
+HIGHEST = {"fireworks-r3v1": 65535, "fireworks-trace": 65535, "fireworks-matrices": 65535, "json-lists": 2**63 - 1}
 SOURCE_DTYPES = ["u1", "<u2", ">u2", "<i2", "<i4", ">i4", "<i8", ">u8"]
 
 
+def _highest(name: str) -> int:
+    return HIGHEST.get(name, 2**31 - 1)
+
+
 @st.composite
-def routes_for(draw: st.DrawFn, name: str) -> np.ndarray[Any, Any]:
+def routes_for(draw: st.DrawFn, name: str, *, any_routes: bool = False) -> np.ndarray[Any, Any]:
+    """Ids ``name`` can carry in a shape every reader takes; with ``any_routes``, also shapes without layers or
+    slots and one id up to the dtype's maximum (which the writer must refuse)."""
     dtype: np.dtype[Any] = np.dtype(draw(st.sampled_from(SOURCE_DTYPES)))
-    high = min(int(np.iinfo(dtype.type).max), HIGHEST.get(name, 2**31 - 1))
-    shape = draw(hnp.array_shapes(min_dims=3, max_dims=3, min_side=0, max_side=5).filter(lambda s: s[1] and s[2]))
+    top = int(np.iinfo(dtype.type).max)
+    high = min(top, _highest(name))
+    shapes = hnp.array_shapes(min_dims=3, max_dims=3, min_side=0, max_side=5)
+    shape = draw(shapes if any_routes else shapes.filter(lambda s: s[1] and s[2]))
     ids = st.one_of(
         st.sampled_from([b for b in (0, 1, 127, 128, 255, 256, 32767, 65535, 2**31 - 1) if b <= high]),
         st.integers(0, high),
     )
     array: np.ndarray[Any, Any] = draw(hnp.arrays(dtype, shape, elements=ids))
+    if any_routes and array.size and high < top and draw(st.booleans()):
+        where = draw(st.tuples(*(st.integers(0, n - 1) for n in shape)))
+        array[where] = draw(st.integers(high + 1, top))
     if draw(st.booleans()):
         array = np.asfortranarray(array)
     return array
 
 
 def _shape_args(routes: np.ndarray[Any, Any]) -> dict[str, Any]:
-    return {"num_layers": int(routes.shape[1]), "top_k": int(routes.shape[2])}
+    return {"num_layers": int(routes.shape[1]) or None, "top_k": int(routes.shape[2]) or None}
 
 
 @pytest.mark.parametrize("name", NAMES)
 @given(data=st.data())
 def test_round_trip(name: str, data: st.DataObject) -> None:
-    routes = data.draw(routes_for(name))
+    # Any routes: what a writer writes, its reader reads back exactly; what it cannot, it refuses (EncodeError)
+    # rather than write a payload no reader takes (no layers or slots, ids beyond the format).
+    routes = data.draw(routes_for(name, any_routes=True))
+    carried = routes.shape[1] and routes.shape[2] and (not routes.size or int(routes.max()) <= _highest(name))
+    if not carried:
+        with pytest.raises(EncodeError):
+            write(routes, name)
+        return
     payload = write(routes, name)
     if isinstance(payload, dict):
         payload = orjson.loads(orjson.dumps(payload))  # what actually crosses the wire

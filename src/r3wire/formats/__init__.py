@@ -27,7 +27,16 @@ from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
 from r3wire._validate import check_int, check_shape, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
-from r3wire.formats._common import MISSING_ROUTE, ReadOptions, ReadResult, WriteOptions, byte_text, load_json
+from r3wire.formats._common import (
+    MISSING_ROUTE,
+    ROUTES_NDIM,
+    ReadOptions,
+    ReadResult,
+    WriteOptions,
+    byte_text,
+    first_index,
+    load_json,
+)
 from r3wire.formats._envelopes import (
     PRIME_RL_DTYPES,
     read_prime_rl,
@@ -194,6 +203,7 @@ _HOLDER_READERS: Final = ("sglang", "vllm-npy")
 # Formats whose writer keeps a partial mask, start and total_tokens (the others refuse what they cannot carry).
 _MASKED: Final = ("nemo-rl", "fireworks-r3v1", "fireworks-trace", "fireworks-matrices")
 _FIREWORKS: Final = ("fireworks-r3v1", "fireworks-trace", "fireworks-matrices")
+_INT64_MAX: Final = (1 << 63) - 1
 
 
 def _format_name(name: object) -> str:
@@ -693,6 +703,7 @@ def write(
     if pack_bits and name != "r3wire":
         raise EncodeError.make("pack_bits", f"False or None ({name} has no bit-packed form; r3wire does)", True)
     arr = as_numpy(routes, field="routes")
+    _check_readable(arr)
     rows = int(arr.shape[0]) if arr.ndim else 0
     # Token counts are bounded before any writer sizes anything by them (fireworks-matrices writes one list entry
     # per token): Fireworks counts are u32 in r3/v1, and its per-token form is held to the same bound.
@@ -723,6 +734,24 @@ def write(
         pack_bits=bool(pack_bits),
     )
     return _WRITERS[name](arr, opts)
+
+
+def _check_readable(arr: np.ndarray[Any, Any]) -> None:
+    """Refuse, for every writer alike, routes that every reader refuses: a payload written without error must
+    read back (the format's own limits, such as its dtypes, are its writer's to check)."""
+    if arr.ndim != ROUTES_NDIM or arr.dtype.kind not in "iu":
+        return  # the writer names what is wrong with it
+    for axis in (1, 2):
+        if not arr.shape[axis]:
+            raise EncodeError.make(
+                f"routes.shape[{axis}]", "at least 1 (every reader needs layers >= 1 and top_k >= 1)", 0
+            )
+    # Only uint64 holds ids beyond int64, which no reader takes (json-lists, the widest, reads int64).
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _INT64_MAX:
+        where = first_index(arr > _INT64_MAX)
+        raise EncodeError.make(
+            f"routes{where}", f"an expert id at most {_INT64_MAX} (no reader takes more)", int(arr[tuple(where)])
+        )
 
 
 def _checked_mask(mask: object, rows: int) -> np.ndarray[Any, Any]:
