@@ -58,6 +58,30 @@ def test_non_string_rejected() -> None:
         _base64.b64decode_strict(12, 1)  # type: ignore[arg-type]
 
 
+VIEWS = {
+    "strided": "memoryview(b'Q\\0U\\0E\\0=\\0')[::2]",  # pybase64 raised BufferError, the stdlib copied it
+    "wide": "memoryview(b'QUE=').cast('I')",  # one 4-byte item: len() said 1 character
+    "2-d": "memoryview(b'QUE=').cast('B', (2, 2))",
+}
+
+
+@pytest.mark.parametrize("view", VIEWS.values(), ids=VIEWS.keys())
+@pytest.mark.parametrize("backend", ["loaded", "stdlib"])
+def test_buffers_that_are_not_plain_bytes_are_refused_by_both_back_ends(view: str, backend: str) -> None:
+    code = (
+        "import r3wire._base64 as b, r3wire.errors as e\n"
+        "try:\n"
+        f"    b.b64decode_strict({view}, 2)\n"
+        "except e.DecodeError as x:\n"
+        "    assert x.field == 'data' and 'memoryview' in str(x), x\n"
+        "else:\n"
+        "    raise AssertionError('accepted')\n"
+        "assert bytes(b.b64decode_strict(memoryview(b'QUE=').cast('b'), 2)) == b'AA'\n"
+    )
+    env = dict(os.environ, R3WIRE_NO_PYBASE64="1" if backend == "stdlib" else "")
+    subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+
+
 def test_stdlib_fallback_is_equivalent() -> None:
     # Run the fallback in a subprocess so this process keeps whichever back end it loaded.
     code = (

@@ -15,7 +15,7 @@ import pytest
 
 import r3wire
 from r3wire import DecodeError, EncodeError, R3WireError, formats
-from r3wire.formats import FORMATS, ReadResult, detect, read, write
+from r3wire.formats import FORMATS, ReadResult, detect, read, read_response, write
 from r3wire.synthetic import synthetic_routes
 
 SHAPE: dict[str, Any] = {"num_layers": 3, "top_k": 2}
@@ -96,6 +96,23 @@ def test_writers_accept_any_byte_order_and_memory_order(name: str) -> None:
 def test_writers_refuse_what_is_not_routes(name: str, bad: Any) -> None:
     with pytest.raises(EncodeError):
         write(bad, name)
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        (np.zeros((2, 0, 2), dtype=np.int64), "routes.shape[1]"),
+        (np.zeros((2, 2, 0), dtype=np.int64), "routes.shape[2]"),
+        (np.zeros((0, 0, 0), dtype=np.int64), "routes.shape[1]"),
+        (np.array([[[1, 2**64 - 1]]], dtype=np.uint64), "routes[0, 0, 1]"),
+    ],
+    ids=["no-layers", "no-slots", "empty", "beyond-int64"],
+)
+def test_writers_refuse_what_every_reader_refuses(name: str, bad: Any, field: str) -> None:
+    with pytest.raises(EncodeError) as info:
+        write(bad, name)
+    assert info.value.field == field
 
 
 @pytest.mark.parametrize("name", [n for n, f in FORMATS.items() if not f.carries_start])
@@ -344,6 +361,35 @@ def test_fireworks_writer_checks_its_header_fields() -> None:
         write(_routes(100_000), "fireworks-r3v1")
 
 
+@pytest.mark.parametrize("name", ["fireworks-r3v1", "fireworks-trace", "fireworks-matrices"])
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"start": 2**40}, "start"),  # fireworks-matrices: MemoryError from [None] * start
+        ({"start": 2**32 - 1}, "start"),  # start + rows beyond the u32
+        ({"total_tokens": 2**32}, "total_tokens"),
+        ({"start": 1, "total_tokens": 2**40}, "total_tokens"),
+    ],
+)
+def test_fireworks_token_counts_are_u32_before_anything_is_built(name: str, kwargs: dict[str, Any], field: str) -> None:
+    _needs(name)
+    with pytest.raises(EncodeError) as info:
+        write(np.zeros((1, 1, 1), dtype=np.int64), name, **kwargs)
+    assert info.value.field == field
+
+
+def test_fireworks_matrices_never_list_more_tokens_than_their_reader_takes() -> None:
+    routes = np.zeros((1, 64, 64), dtype=np.uint8)
+    most = (1 << 30) // (64 * 64)  # the reader's default max_elements over the elements per token
+    payload = write(routes, "fireworks-matrices", start=most - 1)
+    assert len(payload) == most
+    cases: list[tuple[dict[str, Any], str]] = [({"start": most}, "start"), ({"total_tokens": most + 1}, "total_tokens")]
+    for kwargs, field in cases:
+        with pytest.raises(EncodeError) as info:
+            write(routes, "fireworks-matrices", **kwargs)
+        assert info.value.field == field
+
+
 def test_fireworks_refuses_a_frame_declaring_too_much() -> None:
     zstandard = pytest.importorskip("zstandard")
     from r3wire.formats import MAX_DECOMPRESSED_BYTES
@@ -374,6 +420,27 @@ def test_fireworks_without_zstandard_names_the_extra(monkeypatch: pytest.MonkeyP
         read("KLUv/SAEIQAAAAAA", "fireworks-r3v1", **SHAPE)
 
 
+def _strided(raw: bytes) -> memoryview:
+    return memoryview(bytes(x for c in raw for x in (c, 0)))[::2]
+
+
+@pytest.mark.parametrize("name", ["vllm-npy", "sglang", "nemo-rl", "fireworks-r3v1", "raw-npy", "raw-zstd"])
+def test_buffers_that_are_not_plain_bytes_are_decode_errors(name: str) -> None:
+    fmt = {"raw-npy": "vllm-npy", "raw-zstd": "fireworks-r3v1"}.get(name, name)
+    _needs(fmt)
+    text = write(_routes(), fmt)
+    assert isinstance(text, str)
+    raw = base64.b64decode(text) if name.startswith("raw") else text.encode()
+    wide = memoryview(raw[: len(raw) // 4 * 4]).cast("I")
+    for view in (_strided(raw), wide, memoryview(raw).cast("B", (1, len(raw)))):
+        for payload in (view, {"routed_experts": view}):
+            for reader in (fmt, "auto"):
+                with pytest.raises(DecodeError, match="memoryview"):
+                    read(payload, reader, **SHAPE)
+    # A 1-byte format other than "B" is the same bytes.
+    assert np.array_equal(read(memoryview(bytearray(raw)).cast("b"), fmt, **SHAPE).routes, _routes())
+
+
 # --- detection and arguments ----------------------------------------------------------------------------------
 
 
@@ -384,6 +451,17 @@ def test_fireworks_without_zstandard_names_the_extra(monkeypatch: pytest.MonkeyP
 def test_detect_says_when_it_cannot_tell(payload: Any) -> None:
     with pytest.raises(DecodeError):
         detect(payload)
+
+
+@pytest.mark.parametrize("text", ["{}", "[1]", "[not json", " [[[0]]]", b"[[[0]]]"])
+def test_json_text_in_a_routed_experts_string_is_refused_naming_the_field(text: str | bytes) -> None:
+    for call in (detect, read):
+        with pytest.raises(DecodeError) as info:
+            call({"routed_experts": text})
+        assert info.value.field == "routed_experts"
+    with pytest.raises(DecodeError) as info:
+        read_response({"choices": [{"routed_experts": text}]})
+    assert info.value.field == "$.choices[0].routed_experts"
 
 
 def test_detect_bare_base64_only_with_shape() -> None:
@@ -397,6 +475,8 @@ def test_detect_bare_base64_only_with_shape() -> None:
     ("kwargs", "field"),
     [
         ({"format": "npy"}, "format"),
+        ({"format": np.array(["auto", "x"])}, "format"),
+        ({"format": ["auto"]}, "format"),
         ({"num_layers": 0, "top_k": 1}, "num_layers"),
         ({"num_layers": 1, "top_k": True}, "top_k"),
         ({"dtype": "int128"}, "dtype"),

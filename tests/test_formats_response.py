@@ -3,9 +3,11 @@ Fireworks' trace wrapper and per-token matrices, nested JSON lists, SGLang's -1 
 
 from __future__ import annotations
 
+import array
 import base64
 import io
 import json
+import mmap
 import struct
 from pathlib import Path
 from typing import Any
@@ -89,6 +91,25 @@ def test_no_routes_is_an_empty_list() -> None:
 def test_non_json_body_is_a_decode_error() -> None:
     with pytest.raises(DecodeError):
         read_response(b"{not json")
+
+
+@pytest.mark.parametrize("body", [42, None, 1.5, True, object(), {1, 2}, b"null", "42", '"text"'])
+def test_what_is_no_response_body_is_refused_not_read_as_no_routes(body: Any) -> None:
+    with pytest.raises(DecodeError) as info:
+        read_response(body)
+    assert info.value.field == "$"
+
+
+def test_any_bytes_like_text_and_tuple_containers_are_read() -> None:
+    routes = write(np.zeros((1, 1, 1), dtype=np.uint8), "skyrl")
+    text = orjson.dumps({"choices": [{"routed_experts": routes}]})
+    with mmap.mmap(-1, len(text)) as mapped:
+        mapped.write(text)
+        for body in (np.frombuffer(text, dtype=np.uint8), mapped, array.array("B", text), memoryview(text)):
+            assert [r.path for r in read_response(body)] == ["$.choices[0].routed_experts"]
+    assert [r.path for r in read_response({"choices": ({"routed_experts": routes},)})] == [
+        "$.choices[0].routed_experts"
+    ]
 
 
 def test_sibling_choices_never_share_token_ids() -> None:

@@ -21,6 +21,9 @@ __all__ = [
     "MAX_DIM",
     "MAX_EXTENT",
     "MAX_NDIM",
+    "Text",
+    "as_text",
+    "byte_text",
     "check_element_count",
     "check_int",
     "check_keys",
@@ -199,6 +202,18 @@ def as_text(data: object, field: str | None, expected: str, *, buffers: bool = T
     if not view.c_contiguous:
         raise DecodeError.make(field, f"{expected}: a contiguous buffer", f"a non-contiguous {cls.__name__}", raw=True)
     return view if view.ndim == 1 and view.format == "B" else view.cast("B")
+
+
+def byte_text(payload: Text, field: str | None) -> Text:
+    """``payload`` ready to be measured, sliced and decoded byte by byte: a memoryview (1-d, contiguous, of bytes)
+    or a ``str`` subclass as :func:`as_text` gives it; ``str``, ``bytes`` and ``bytearray`` as they are.
+
+    Raises:
+        DecodeError: naming ``field``, for a non-contiguous, multi-dimensional or wider-than-a-byte memoryview.
+    """
+    if type(payload) in (str, bytes, bytearray):
+        return payload
+    return as_text(payload, field, "text", buffers=False)
 
 
 def load_json(payload: str | bytes | bytearray | memoryview, *, what: str = "payload") -> Any:

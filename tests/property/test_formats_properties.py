@@ -3,6 +3,7 @@ reader keeps the fuzzing promise: any input is either read or raises DecodeError
 
 from __future__ import annotations
 
+import array
 import base64
 import contextlib
 import io
@@ -10,6 +11,7 @@ import json
 import struct
 import tempfile
 import tracemalloc
+from functools import partial
 from typing import Any
 from unittest import mock
 
@@ -22,8 +24,9 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from r3wire.cli import main
-from r3wire.errors import DecodeError
+from r3wire.errors import DecodeError, EncodeError
 from r3wire.formats import FORMATS, ReadResult, _fireworks, read, read_response, write
+from r3wire.formats._response import ROUTES_FIELDS
 
 pytestmark = pytest.mark.property
 
@@ -34,33 +37,51 @@ except ImportError:  # the fireworks-r3v1 properties skip; the rest still run
 
 NAMES = [name for name, fmt in FORMATS.items() if fmt.extra is None or zstandard is not None]
 # The largest id each format can carry (NeMo-RL, SGLang, prime-rl-b85 and the envelopes reach int32).
-HIGHEST = {"fireworks-r3v1": 65535, "fireworks-trace": 65535, "fireworks-matrices": 65535}
+HIGHEST = {"fireworks-r3v1": 65535, "fireworks-trace": 65535, "fireworks-matrices": 65535, "json-lists": 2**63 - 1}
 SOURCE_DTYPES = ["u1", "<u2", ">u2", "<i2", "<i4", ">i4", "<i8", ">u8"]
 
 
+def _highest(name: str) -> int:
+    return HIGHEST.get(name, 2**31 - 1)
+
+
 @st.composite
-def routes_for(draw: st.DrawFn, name: str) -> np.ndarray[Any, Any]:
+def routes_for(draw: st.DrawFn, name: str, *, any_routes: bool = False) -> np.ndarray[Any, Any]:
+    """Ids ``name`` can carry in a shape every reader takes; with ``any_routes``, also shapes without layers or
+    slots and one id up to the dtype's maximum (which the writer must refuse)."""
     dtype: np.dtype[Any] = np.dtype(draw(st.sampled_from(SOURCE_DTYPES)))
-    high = min(int(np.iinfo(dtype.type).max), HIGHEST.get(name, 2**31 - 1))
-    shape = draw(hnp.array_shapes(min_dims=3, max_dims=3, min_side=0, max_side=5).filter(lambda s: s[1] and s[2]))
+    top = int(np.iinfo(dtype.type).max)
+    high = min(top, _highest(name))
+    shapes = hnp.array_shapes(min_dims=3, max_dims=3, min_side=0, max_side=5)
+    shape = draw(shapes if any_routes else shapes.filter(lambda s: s[1] and s[2]))
     ids = st.one_of(
         st.sampled_from([b for b in (0, 1, 127, 128, 255, 256, 32767, 65535, 2**31 - 1) if b <= high]),
         st.integers(0, high),
     )
     array: np.ndarray[Any, Any] = draw(hnp.arrays(dtype, shape, elements=ids))
+    if any_routes and array.size and high < top and draw(st.booleans()):
+        where = draw(st.tuples(*(st.integers(0, n - 1) for n in shape)))
+        array[where] = draw(st.integers(high + 1, top))
     if draw(st.booleans()):
         array = np.asfortranarray(array)
     return array
 
 
 def _shape_args(routes: np.ndarray[Any, Any]) -> dict[str, Any]:
-    return {"num_layers": int(routes.shape[1]), "top_k": int(routes.shape[2])}
+    return {"num_layers": int(routes.shape[1]) or None, "top_k": int(routes.shape[2]) or None}
 
 
 @pytest.mark.parametrize("name", NAMES)
 @given(data=st.data())
 def test_round_trip(name: str, data: st.DataObject) -> None:
-    routes = data.draw(routes_for(name))
+    # Any routes: what a writer writes, its reader reads back exactly; what it cannot, it refuses (EncodeError)
+    # rather than write a payload no reader takes (no layers or slots, ids beyond the format).
+    routes = data.draw(routes_for(name, any_routes=True))
+    carried = routes.shape[1] and routes.shape[2] and (not routes.size or int(routes.max()) <= _highest(name))
+    if not carried:
+        with pytest.raises(EncodeError):
+            write(routes, name)
+        return
     payload = write(routes, name)
     if isinstance(payload, dict):
         payload = orjson.loads(orjson.dumps(payload))  # what actually crosses the wire
@@ -74,6 +95,57 @@ def test_round_trip(name: str, data: st.DataObject) -> None:
     if payload == []:
         return  # an empty list is json-lists or fireworks-matrices: only a named format reads it
     assert read(payload, **_shape_args(routes)).format == detected
+
+
+def _buffers(raw: bytes) -> list[tuple[Any, bool]]:
+    """``raw`` as each kind of buffer a caller may hand in, and whether it is plain bytes (to be read exactly as
+    ``raw`` is) rather than a strided, multi-dimensional or wide view (read alike or refused for its layout)."""
+    out: list[tuple[Any, bool]] = [
+        (bytearray(raw), True),
+        (memoryview(raw), True),
+        (memoryview(bytearray(raw)).cast("b"), True),
+        (memoryview(bytes(x for c in raw for x in (c, 0)))[::2], False),
+    ]
+    if raw and len(raw) % 4 == 0:
+        out.append((memoryview(raw).cast("I"), False))
+    if raw and len(raw) % 2 == 0:
+        out.append((memoryview(raw).cast("B", (2, len(raw) // 2)), False))
+    return out
+
+
+def _as_buffers(payload: Any, name: str) -> list[tuple[Any, bool]]:
+    """A written payload with its text (or its raw bytes, or its ``data`` string) in every kind of buffer."""
+    if isinstance(payload, str):
+        texts = [payload.encode()]
+        if name in ("vllm-npy", "fireworks-r3v1"):
+            texts.append(base64.b64decode(payload))  # the raw .npy / zstd bytes are read too
+        return [pair for text in texts for pair in _buffers(text)]
+    out = _buffers(orjson.dumps(payload))
+    if isinstance(payload, dict) and isinstance(payload.get("data"), str):
+        out += [({**payload, "data": buffer}, exact) for buffer, exact in _buffers(payload["data"].encode())]
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+@given(data=st.data())
+def test_every_buffer_layout_reads_alike_or_is_refused_for_it(name: str, data: st.DataObject) -> None:
+    routes = data.draw(routes_for(name))
+    for payload, exact in _as_buffers(write(routes, name), name):
+        for reader in (name, "auto") if routes.size else (name,):
+            if exact:
+                assert np.array_equal(read(payload, reader, **_shape_args(routes)).routes, routes)
+                continue
+            # Read alike, or refused for its layout: never misread (a wide view measured in items) nor failed
+            # outside r3wire's errors.
+            error: DecodeError | None = None
+            try:
+                result = read(payload, reader, **_shape_args(routes))
+            except DecodeError as exc:
+                error = exc
+            if error is None:
+                assert np.array_equal(result.routes, routes)
+            else:
+                assert "memoryview" in str(error), error
 
 
 @given(st.lists(st.booleans(), min_size=0, max_size=20), st.integers(1, 3), st.integers(1, 3))
@@ -185,6 +257,8 @@ KEYS = ["data", "shape", "dtype", "start", "schema", "version", "num_experts", "
 FIELD_VALUES = st.one_of(
     JSON_VALUES,
     st.sampled_from(["uint8", "uint16", "int16", "int32", "int8", "", "AAAA", "AA==", "0000", "~~~~~"]),
+    # JSON text where a routes string belongs: detection must not hand it on as a format of its own.
+    st.sampled_from(["{}", "[1]", "[not json", " [[[0]]]", '{"data": "AA=="}']),
     st.lists(st.integers(-3, 2**64), max_size=5),
     st.integers(-2, 2**33),
 )
@@ -273,6 +347,20 @@ def bodies(draw: st.DrawFn) -> Any:
     return body
 
 
+def _tupled(value: Any) -> Any:
+    """``value`` with every list a tuple (an in-process document built from tuples), routes values left as
+    they are (a routes value is read by its format, which takes lists)."""
+    if isinstance(value, dict):
+        return {k: v if k in ROUTES_FIELDS else _tupled(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_tupled(v) for v in value)
+    return value
+
+
+def _paths(results: list[ReadResult] | None) -> list[str | None] | None:
+    return None if results is None else [result.path for result in results]
+
+
 @given(body=st.one_of(JSON_VALUES, bodies()))
 def test_read_response_gives_results_or_decode_error(body: Any) -> None:
     results = decoded_or_none(lambda: read_response(body, **SHAPE))
@@ -282,9 +370,19 @@ def test_read_response_gives_results_or_decode_error(body: Any) -> None:
             assert result.path is not None
             assert result.path.startswith("$")
             assert result.routes.ndim == 3
+    if not isinstance(body, (dict, list, str)):
+        # A scalar is no response: refused, never [] (which reads as "no routes").
+        assert results is None
+    if isinstance(body, (dict, list)):
+        # Tuples are walked like lists: the same fields, at the same paths.
+        assert _paths(decoded_or_none(lambda: read_response(_tupled(body), **SHAPE))) == _paths(results)
     if isinstance(body, (dict, list)) and _jsonable(body):  # a str body is JSON text, not a parsed value
-        text_results = decoded_or_none(lambda: read_response(orjson.dumps(body), **SHAPE))
+        text = orjson.dumps(body)
+        text_results = decoded_or_none(lambda: read_response(text, **SHAPE))
         assert (results is None) == (text_results is None)
+        # Every bytes-like object loads accepts is the same text.
+        for buffer in (np.frombuffer(text, dtype=np.uint8), array.array("B", text), memoryview(text)):
+            assert _paths(decoded_or_none(partial(read_response, buffer, **SHAPE))) == _paths(text_results)
 
 
 def _peak_of(call: Any) -> tuple[int, Any]:

@@ -27,7 +27,16 @@ from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
 from r3wire._validate import check_int, check_shape, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
-from r3wire.formats._common import MISSING_ROUTE, ReadOptions, ReadResult, WriteOptions, load_json
+from r3wire.formats._common import (
+    MISSING_ROUTE,
+    ROUTES_NDIM,
+    ReadOptions,
+    ReadResult,
+    WriteOptions,
+    byte_text,
+    first_index,
+    load_json,
+)
 from r3wire.formats._envelopes import (
     PRIME_RL_DTYPES,
     read_prime_rl,
@@ -41,6 +50,7 @@ from r3wire.formats._envelopes import (
 )
 from r3wire.formats._fireworks import (
     MAX_DECOMPRESSED_BYTES,
+    MAX_TOKEN_COUNT,
     SKIPPABLE_MAGIC_TAIL,
     ZSTD_MAGIC,
     ZSTD_MAGIC_B64,
@@ -66,7 +76,7 @@ from r3wire.formats._response import (
     token_ids_near,
 )
 from r3wire.formats._sglang import SGLANG_DTYPES, read_sglang, write_sglang
-from r3wire.response import _path
+from r3wire.response import _as_text, _path
 from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_SCHEMA, KEY_SHAPE, KEY_VERSION
 
 __all__ = [
@@ -193,6 +203,7 @@ _HOLDER_READERS: Final = ("sglang", "vllm-npy")
 # Formats whose writer keeps a partial mask, start and total_tokens (the others refuse what they cannot carry).
 _MASKED: Final = ("nemo-rl", "fireworks-r3v1", "fireworks-trace", "fireworks-matrices")
 _FIREWORKS: Final = ("fireworks-r3v1", "fireworks-trace", "fireworks-matrices")
+_INT64_MAX: Final = (1 << 63) - 1
 
 
 def _format_name(name: object) -> str:
@@ -257,6 +268,15 @@ def _detect_routed_experts_field(holder: Mapping[Any, Any], has_shape: bool) -> 
     if isinstance(value, (Mapping, list)):
         return _detect(value, has_shape=has_shape)
     if isinstance(value, (str, bytes, bytearray, memoryview)):
+        value = byte_text(value, KEY_ROUTED_EXPERTS)
+        if _is_json_text(value):
+            # No engine double-encodes its routes: JSON text in a string field is a bug on the sending side.
+            raise DecodeError.make(
+                KEY_ROUTED_EXPERTS,
+                "a routes value (an object, nested lists or a format's string), not JSON text inside a string",
+                f"a string starting {_text_head(value)[:12]!r}",
+                raw=True,
+            )
         name = _detect_text(value, has_shape=None)
         if name is not None:
             return name, value
@@ -306,7 +326,9 @@ def _looks_like_b85(obj: Mapping[Any, Any]) -> bool:
     except DecodeError:
         return False
     data = obj[KEY_DATA]
-    return isinstance(data, (str, bytes)) and count > 0 and len(data) == _B85_CHARS_PER_ID * count
+    return (
+        isinstance(data, (str, bytes, bytearray, memoryview)) and count > 0 and len(data) == _B85_CHARS_PER_ID * count
+    )
 
 
 def detect(payload: object, *, num_layers: int | None = None, top_k: int | None = None) -> str:
@@ -340,38 +362,55 @@ def _detect(payload: object, *, has_shape: bool) -> tuple[str, object]:
         raise DecodeError.make(
             None, "a routed-experts payload (str, bytes, a list or a mapping)", type(payload).__name__, raw=True
         )
-    name = _detect_text(payload, has_shape=has_shape)
-    if name == "json":
+    payload = byte_text(payload, None)
+    if _is_json_text(payload):
         parsed = load_json(payload, what="a routed-experts payload")
         if not isinstance(parsed, (dict, list)):
             raise DecodeError.make(None, "a JSON object or array", f"a JSON {type(parsed).__name__}", raw=True)
         return _detect(parsed, has_shape=has_shape)
+    name = _detect_text(payload, has_shape=has_shape)
     if name is not None:
         return name, payload
-    sniff = payload[:_SNIFF]
-    start = (sniff if isinstance(sniff, str) else bytes(sniff).decode("latin1")).lstrip()
     raise DecodeError.make(
         None,
         "a recognisable format: bare base64 without a magic prefix is SGLang's, which needs num_layers and top_k "
         "(pass both, or name the format)",
-        f"text starting {start[:12]!r}",
+        f"text starting {_text_head(payload)[:12]!r}",
         raw=True,
     )
 
 
-def _detect_text(payload: str | bytes | bytearray | memoryview, *, has_shape: bool | None) -> str | None:
-    """The format of a string or bytes by its first bytes; "json" for JSON object or array text; with
-    ``has_shape`` None, None instead of guessing SGLang."""
-    if not isinstance(payload, str):
-        head = bytes(payload[: len(NPY_MAGIC)])
-        if head == NPY_MAGIC:
-            return "vllm-npy"
-        if head[: len(ZSTD_MAGIC)] == ZSTD_MAGIC or _skippable(head):
-            return "fireworks-r3v1"
+def _text_head(payload: str | bytes | bytearray | memoryview) -> str:
+    """The first characters of ``payload`` after leading whitespace (bytes read as latin-1), for sniffing."""
     sniff = payload[:_SNIFF]
-    start = (sniff if isinstance(sniff, str) else bytes(sniff).decode("latin1")).lstrip()
-    if start.startswith(("{", "[")):
-        return "json"
+    return (sniff if isinstance(sniff, str) else bytes(sniff).decode("latin1")).lstrip()
+
+
+def _raw_format(payload: str | bytes | bytearray | memoryview) -> str | None:
+    """vllm-npy or fireworks-r3v1 for raw ``.npy`` or zstd bytes, by their magic; else None."""
+    if isinstance(payload, str):
+        return None
+    head = bytes(payload[: len(NPY_MAGIC)])
+    if head == NPY_MAGIC:
+        return "vllm-npy"
+    if head[: len(ZSTD_MAGIC)] == ZSTD_MAGIC or _skippable(head):
+        return "fireworks-r3v1"
+    return None
+
+
+def _is_json_text(payload: str | bytes | bytearray | memoryview) -> bool:
+    # A skippable zstd frame may start with "[" (0x5B): the magic wins, as it always has.
+    return _raw_format(payload) is None and _text_head(payload).startswith(("{", "["))
+
+
+def _detect_text(payload: str | bytes | bytearray | memoryview, *, has_shape: bool | None) -> str | None:
+    """The name of the format (a key of :data:`FORMATS`) of a string or bytes that is not JSON text (callers
+    check :func:`_is_json_text` first), by its first bytes; with ``has_shape`` None, None instead of guessing
+    SGLang."""
+    raw = _raw_format(payload)
+    if raw is not None:
+        return raw
+    start = _text_head(payload)
     if start.startswith(NEMO_RL_MAGIC + ":"):
         return "nemo-rl"
     if start.startswith(NPY_MAGIC_B64):
@@ -426,7 +465,9 @@ def read(
             for a format other than sglang).
         ImportError: fireworks-r3v1 without the ``zstd`` extra.
     """
-    name = "auto" if format == "auto" else _format_name(format)
+    named: object = format  # typed str, but untyped callers pass anything
+    # The type first: ``==`` on an ndarray compares elementwise, and its truth value raises.
+    name = "auto" if isinstance(named, str) and named == "auto" else _format_name(named)
     given: object = dtype  # typed str, but untyped callers pass anything
     if given is not None and (not isinstance(given, str) or given not in SGLANG_DTYPES):
         raise R3WireError.make("dtype", f"one of {list(SGLANG_DTYPES)} (sglang's bare string)", given)
@@ -479,8 +520,9 @@ def read_response(
     detected from the value.
 
     Args:
-        body: the response as JSON text (``str`` or bytes, e.g. ``response.content``) or already parsed
-            (``response.json()``); a list of bodies (SGLang batch) is read as one document.
+        body: the response as JSON text (``str`` or any bytes-like object, e.g. ``response.content``, a NumPy
+            uint8 array or an ``mmap``: what :func:`r3wire.loads` accepts) or already parsed (``response.json()``;
+            tuples are walked like lists); a list of bodies (SGLang batch) is read as one document.
         num_layers: layers per row: needed for SGLang and Fireworks routes, checked against the others.
         top_k: experts per layer, likewise.
         num_experts: when given, every id must be below it.
@@ -493,8 +535,9 @@ def read_response(
         has no routes.
 
     Raises:
-        DecodeError: the body is not JSON, or a routes field, its token ids or its logprobs are malformed; the
-            field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``).
+        DecodeError: the body is neither JSON text nor a parsed object or array (field ``$``, naming its type),
+            the text is not JSON or holds a JSON scalar, or a routes field, its token ids or its logprobs are
+            malformed; the field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``).
         R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path).
         ImportError: Fireworks routes without the ``zstd`` extra.
     """
@@ -504,8 +547,17 @@ def read_response(
     _positive(num_layers, "num_layers")
     _positive(top_k, "top_k")
     optional_num_experts(num_experts)
-    if isinstance(body, (str, bytes, bytearray, memoryview)):
-        body = load_json(body, what="a response body")
+    if not isinstance(body, (Mapping, list, tuple)):
+        # Exactly the text loads accepts (any bytes-like object or str); anything else is refused by type, never
+        # walked into [] (which a trainer would take for "no routes").
+        body = load_json(_as_text(body), what="a response body")
+        if not isinstance(body, (dict, list)):
+            raise DecodeError.make(
+                "$",
+                "a JSON object or array (a response body)",
+                "null" if body is None else f"a JSON {type(body).__name__}",
+                raw=True,
+            )
     results = []
     for found in find_routes(body):
         if found.key == KEY_ROUTED_EXPERTS:
@@ -618,6 +670,8 @@ def write(
             a BITMAP, fireworks-matrices ``null``; nemo-rl writes those rows as -1 (missing route); other formats
             accept only an all-true mask.
         total_tokens: fireworks SUFFIX and per-token matrices: the sequence length (default ``start + rows``).
+            For the Fireworks formats ``start``, ``total_tokens`` and ``start + rows`` are at most 2**32 - 1 (u32
+            in r3/v1; the per-token matrices list is held to the same bound); elsewhere ``start`` is an int64.
         dtype: the element type to write, if the format allows a choice; by default each format's own rule.
         num_experts: the model's expert count: every id must be below it, and formats whose engines pick the
             dtype from it (r3wire, vllm-npy, nemo-rl, fireworks-*) do the same.
@@ -630,7 +684,8 @@ def write(
 
     Raises:
         EncodeError: the routes cannot be represented exactly in the format (negative or too large ids, a
-            nonzero ``start`` or a partial ``mask`` the format cannot carry, a dtype too narrow).
+            nonzero ``start`` or a partial ``mask`` the format cannot carry, a dtype too narrow, a ``start`` or
+            ``total_tokens`` beyond the format's token count).
         R3WireError: an unknown format, or ``pack_bits`` not a bool.
         ImportError: fireworks-r3v1 and fireworks-trace without the ``zstd`` extra.
     """
@@ -648,11 +703,17 @@ def write(
     if pack_bits and name != "r3wire":
         raise EncodeError.make("pack_bits", f"False or None ({name} has no bit-packed form; r3wire does)", True)
     arr = as_numpy(routes, field="routes")
+    _check_readable(arr)
     rows = int(arr.shape[0]) if arr.ndim else 0
+    # Token counts are bounded before any writer sizes anything by them (fireworks-matrices writes one list entry
+    # per token): Fireworks counts are u32 in r3/v1, and its per-token form is held to the same bound.
+    most = MAX_TOKEN_COUNT if name in _FIREWORKS else (1 << 63) - 1
     if start is not None:
-        start = check_int(start, "start", minimum=0, maximum=(1 << 63) - 1, error=EncodeError)
+        start = check_int(start, "start", minimum=0, maximum=most, error=EncodeError)
+        if name in _FIREWORKS and start + rows > most:
+            raise EncodeError.make("start", f"at most {most} - rows = {most - rows} (start + rows is a u32)", start)
     if total_tokens is not None:
-        total_tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=(1 << 63) - 1, error=EncodeError)
+        total_tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=most, error=EncodeError)
     mask_array = None if mask is None else _checked_mask(mask, rows)
     if name not in _FIREWORKS:
         if start and not FORMATS[name].carries_start:
@@ -673,6 +734,24 @@ def write(
         pack_bits=bool(pack_bits),
     )
     return _WRITERS[name](arr, opts)
+
+
+def _check_readable(arr: np.ndarray[Any, Any]) -> None:
+    """Refuse, for every writer alike, routes that every reader refuses: a payload written without error must
+    read back (the format's own limits, such as its dtypes, are its writer's to check)."""
+    if arr.ndim != ROUTES_NDIM or arr.dtype.kind not in "iu":
+        return  # the writer names what is wrong with it
+    for axis in (1, 2):
+        if not arr.shape[axis]:
+            raise EncodeError.make(
+                f"routes.shape[{axis}]", "at least 1 (every reader needs layers >= 1 and top_k >= 1)", 0
+            )
+    # Only uint64 holds ids beyond int64, which no reader takes (json-lists, the widest, reads int64).
+    if arr.dtype.kind == "u" and arr.size and int(arr.max()) > _INT64_MAX:
+        where = first_index(arr > _INT64_MAX)
+        raise EncodeError.make(
+            f"routes{where}", f"an expert id at most {_INT64_MAX} (no reader takes more)", int(arr[tuple(where)])
+        )
 
 
 def _checked_mask(mask: object, rows: int) -> np.ndarray[Any, Any]:

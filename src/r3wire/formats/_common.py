@@ -17,7 +17,7 @@ from r3wire._arraylike import as_numpy
 from r3wire._base64 import b64decode_strict, b64encode_text
 from r3wire._envelope import to_wire_bytes
 from r3wire._routecheck import first_index
-from r3wire._validate import check_element_count, load_json
+from r3wire._validate import byte_text, check_element_count, load_json
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.schema import WIRE_DTYPES
 
@@ -29,6 +29,7 @@ __all__ = [
     "array_from_buffer",
     "b64_array",
     "b64_decoded_length",
+    "byte_text",
     "check_ids",
     "choose_dtype",
     "decode_b64_array",
@@ -121,9 +122,14 @@ class WriteOptions:
 
 
 def text_of(payload: object, field: str) -> str | bytes | bytearray | memoryview:
-    """``payload`` if it is text (``str`` or bytes-like), else a :class:`DecodeError`."""
+    """``payload`` if it is text (``str`` or bytes-like, as :func:`byte_text` gives it), else a
+    :class:`DecodeError`.
+
+    Raises:
+        DecodeError: not text, or a memoryview :func:`byte_text` refuses.
+    """
     if isinstance(payload, (str, bytes, bytearray, memoryview)):
-        return payload
+        return byte_text(payload, field)
     raise DecodeError.make(field, "a base64 string", type(payload).__name__, raw=True)
 
 

@@ -37,6 +37,7 @@ from r3wire.formats._common import (
 __all__ = [
     "HEADER",
     "MAX_DECOMPRESSED_BYTES",
+    "MAX_TOKEN_COUNT",
     "R3V1_MAGIC",
     "ZSTD_MAGIC",
     "ZSTD_MAGIC_B64",
@@ -62,6 +63,9 @@ ZSTD_MAGIC_B64: Final = "KLUv/"  # the first five base64 characters of any text 
 MAX_DECOMPRESSED_BYTES: Final = 1 << 30
 """The most an r3/v1 payload may inflate to (1 GiB: a 32k-token Kimi-K2 sequence is 32 MB)."""
 _U32: Final = (1 << 32) - 1
+MAX_TOKEN_COUNT: Final = _U32
+"""The most tokens a Fireworks payload counts: ``start``, ``total_tokens`` and ``start + rows`` are u32 in the
+r3/v1 header, and every Fireworks writer (the per-token matrices too) is held to the same bound."""
 _FIRST_CHUNK: Final = 1 << 16
 _SKIP_CHUNK: Final = 1 << 16
 # The most a BITMAP read holds besides its output: one block of compact rows (and its int64 row indices).

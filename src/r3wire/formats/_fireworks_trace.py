@@ -22,7 +22,7 @@ from typing import Any, Final
 import numpy as np
 
 from r3wire._base64 import b64decode_strict
-from r3wire._validate import check_element_count, check_keys, check_shape, load_object
+from r3wire._validate import DEFAULT_MAX_ELEMENTS, check_element_count, check_keys, check_shape, load_object
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.formats._common import (
     ReadOptions,
@@ -184,7 +184,9 @@ def write_fireworks_matrices(routes: object, opts: WriteOptions) -> list[str | N
     ``total_tokens`` beyond ``start + rows`` trailing ones, as Fireworks' decoder lays out a SUFFIX payload.
 
     Raises:
-        EncodeError: ids above 65535 or negative, or ``total_tokens`` below ``start + rows``.
+        EncodeError: ids above 65535 or negative, ``total_tokens`` below ``start + rows``, or a sequence
+            (``total_tokens``, else ``start + rows``) of more than ``DEFAULT_MAX_ELEMENTS // (layers * top_k)``
+            tokens.
     """
     arr, low, high = prepared_routes(routes, num_experts=opts.num_experts)
     if opts.num_experts is not None and opts.dtype is None:
@@ -192,11 +194,23 @@ def write_fireworks_matrices(routes: object, opts: WriteOptions) -> list[str | N
     name = choose_dtype(
         low, high, requested=opts.dtype, allowed=MATRIX_DTYPES, ladder=MATRIX_DTYPES, format_name="fireworks-matrices"
     )
-    rows = int(arr.shape[0])
+    rows, layers, top_k = (int(n) for n in arr.shape)
     first = opts.start or 0
     total = first + rows if opts.total_tokens is None else opts.total_tokens
     if total < first + rows:
         raise EncodeError.make("total_tokens", f"at least start + rows = {first + rows}", total)
+    # One list entry per token: no more tokens than the reader accepts by default (tokens x layers x top_k within
+    # DEFAULT_MAX_ELEMENTS), so a large start or total_tokens is refused here instead of exhausting memory.
+    most = DEFAULT_MAX_ELEMENTS // max(1, layers * top_k)
+    if total > most:
+        field = "total_tokens" if opts.total_tokens is not None else "start" if first else "routes"
+        raise EncodeError.make(
+            field,
+            f"a sequence of at most {most} tokens ({layers} layers x {top_k} top_k per token, within the readers' "
+            f"default max_elements = {DEFAULT_MAX_ELEMENTS})",
+            f"{total} tokens",
+            raw=True,
+        )
     keep = None if opts.mask is None else opts.mask.tolist()
     out: list[str | None] = [None] * first
     out += [None if keep is not None and not keep[i] else b64_array(arr[i], name) for i in range(rows)]

@@ -64,7 +64,7 @@ def _b64_prefix(text: str | bytes | bytearray | memoryview, nbytes: int) -> byte
     chunk = text[:chars]
     try:
         return base64.b64decode(chunk, validate=True)[:nbytes]
-    except (binascii.Error, ValueError, TypeError) as exc:
+    except (binascii.Error, ValueError, TypeError, BufferError) as exc:
         raise DecodeError.make(
             KEY_ROUTED_EXPERTS, "standard base64 (A-Z a-z 0-9 + / with '=' padding)", str(exc), raw=True
         ) from exc

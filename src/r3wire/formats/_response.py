@@ -59,7 +59,7 @@ _NO_ROUTES_KEYS: Final = frozenset(
 # Lists at least this long are first sorted out by the types they hold, in C: a list of numbers or strings
 # (token ids, text pieces) holds no routes and is skipped without a Python loop over it.
 _LONG_LIST: Final = 16
-_CONTAINERS: Final = frozenset({dict, list})
+_CONTAINERS: Final = frozenset({dict, list, tuple})
 
 
 _Context = tuple[tuple[Mapping[str, Any], tuple[object, ...]], ...]
@@ -100,17 +100,17 @@ def find_routes(root: object) -> Iterator[Found]:
                 if child_key in ROUTES_FIELDS:
                     if item is not None:  # vLLM sends null when capture is off
                         children.append((True, item, (*parts, child_key), child_key, inner))
-                elif isinstance(item, (Mapping, list)) and child_key not in _NO_ROUTES_KEYS:
+                elif isinstance(item, (Mapping, list, tuple)) and child_key not in _NO_ROUTES_KEYS:
                     children.append((False, item, (*parts, child_key), None, inner))
             stack.extend(reversed(children))
-        elif isinstance(node, list):
+        elif isinstance(node, (list, tuple)):  # an in-process document may build its arrays as tuples
             if len(node) >= _LONG_LIST and not _CONTAINERS.intersection(map(type, node)):
                 continue
             # A list starts a new context: one choice's token ids never belong to its sibling's routes.
             stack.extend(
                 (False, item, (*parts, i), None, ())
                 for i, item in reversed(list(enumerate(node)))
-                if isinstance(item, (Mapping, list))
+                if isinstance(item, (Mapping, list, tuple))
             )
 
 
