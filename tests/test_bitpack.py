@@ -126,6 +126,36 @@ def test_wrong_length_is_refused_before_unpacking() -> None:
     assert info.value.field == "frame.data"
 
 
+@pytest.mark.parametrize("count", ["3", None, 3.0, 1000.0, 2.5, -1, True, np.bool_(True), 2**60 - 7, 2**80])
+def test_bad_count(count: Any) -> None:
+    # Each was a TypeError (slice indices, sequence of integers), or a DecodeError for a buffer of "-1 bytes".
+    nbytes = 1125 if count == 1000.0 else 4
+    with pytest.raises(DecodeError, match=r"count must be an integer in 0\.\.1152921504606846968, got ") as info:
+        unpack_bits(bytes(nbytes), count, 9, np.int16)
+    assert info.value.field == "count"
+    with pytest.raises(DecodeError, match=r"count must be an integer in 0\.\.1152921504606846968, got ") as info:
+        bitpack.unpack_bits_from(lambda start, stop: bytes(stop - start), count, 9, np.int16)
+    assert info.value.field == "count"
+
+
+def test_count_may_be_a_numpy_integer() -> None:
+    ids = _ids(600, 9)
+    stream = pack_bits(ids, 9)
+    for count in (np.int64(600), np.uint16(600)):
+        assert unpack_bits(stream, count, 9, np.int16).tolist() == ids.tolist()
+    assert packed_nbytes(np.int32(8), np.uint8(9)) == 9
+
+
+@pytest.mark.parametrize(
+    ("count", "bits", "field"),
+    [(2.5, 3, "count"), (-1, 3, "count"), (True, 3, "count"), ("8", 9, "count"), (8, 0, "bits"), (8, 9.0, "bits")],
+)
+def test_packed_nbytes_checks_its_arguments(count: Any, bits: Any, field: str) -> None:
+    with pytest.raises(R3WireError, match=f"{field} must be an integer") as info:
+        packed_nbytes(count, bits)  # packed_nbytes(2.5, 3) was 1.0
+    assert info.value.field == field
+
+
 @pytest.mark.parametrize("bits", [0, 32, -1, True, 1.0, "9", None])
 def test_bad_bits(bits: Any) -> None:
     with pytest.raises(EncodeError) as info:

@@ -31,7 +31,7 @@ from typing import Any, Final, NoReturn
 
 import numpy as np
 
-from r3wire._validate import check_int
+from r3wire._validate import MAX_EXTENT, check_int
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 
 __all__ = ["MAX_BITS", "pack_bits", "packed_nbytes", "unpack_bits", "unpack_bits_from"]
@@ -56,9 +56,28 @@ _LE_UINT: Final[dict[int, np.dtype[Any]]] = {
 }
 _U64: Final = np.dtype("<u8")
 
+# The most ids an unpack takes: its output is rounded up to whole groups of 8 ids of up to 8 bytes each, and NumPy
+# refuses (ValueError, not MemoryError) an array of more than 2**63 - 1 bytes.
+_MAX_COUNT: Final = MAX_EXTENT - 7
+
 
 def packed_nbytes(count: int, bits: int) -> int:
-    """Bytes in the stream of ``count`` ids of ``bits`` bits: ``ceil(count * bits / 8)``."""
+    """Bytes in the stream of ``count`` ids of ``bits`` bits: ``ceil(count * bits / 8)``.
+
+    Args:
+        count: the number of ids, an integer in ``0 .. 2**60 - 1``.
+        bits: the field width, ``1 .. 31``.
+
+    Raises:
+        R3WireError: ``count`` or ``bits`` is not an integer in its range.
+    """
+    # MAX_EXTENT: a decoder sizes the stream of any shape it has accepted (extent at most MAX_EXTENT) with this.
+    count = check_int(count, "count", minimum=0, maximum=MAX_EXTENT, error=R3WireError)
+    return _nbytes(count, _check_bits(bits, R3WireError))
+
+
+def _nbytes(count: int, bits: int) -> int:
+    """:func:`packed_nbytes` of arguments already checked (the kernels' own calls skip the checks)."""
     return (count * bits + 7) // 8
 
 
@@ -176,7 +195,7 @@ def pack_bits(
         if below is not None:
             limit = min(limit, check_int(below, "below", minimum=1, maximum=1 << MAX_BITS, error=EncodeError))
     count = ids.size
-    stream = _output(out, packed_nbytes(count, bits))
+    stream = _output(out, _nbytes(count, bits))
     # One pass per bounds check: viewed as unsigned, a negative id is at least 2**(width - 1), above any limit.
     flat = _as_unsigned(ids.reshape(-1))
     if count <= _SMALL_COUNT:
@@ -327,7 +346,7 @@ def unpack_bits(
     Args:
         buffer: the stream: bytes, bytearray, memoryview or a uint8 array of exactly
             :func:`packed_nbytes` ``(count, bits)`` bytes.
-        count: the number of ids.
+        count: the number of ids, an integer in ``0 .. 2**60 - 8``.
         bits: the field width, ``1 .. 31``.
         dtype: the integer dtype of the result; it must hold ``bits``-bit values.
         field: the field named in errors.
@@ -336,11 +355,11 @@ def unpack_bits(
         A writable, C-contiguous array of ``dtype`` in native byte order.
 
     Raises:
-        DecodeError: ``bits`` is out of range, the buffer has the wrong length, or a pad bit is set.
+        DecodeError: ``count`` or ``bits`` is out of range, the buffer has the wrong length, or a pad bit is set.
         R3WireError: ``dtype`` cannot hold ``bits``-bit ids.
     """
-    bits, out_dtype = _unpack_arguments(bits, dtype)
-    nbytes = packed_nbytes(count, bits)
+    count, bits, out_dtype = _unpack_arguments(count, bits, dtype)
+    nbytes = _nbytes(count, bits)
     stream = buffer.reshape(-1).view(np.uint8) if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8)
     if stream.size != nbytes:
         raise DecodeError.make(field, f"{nbytes} bytes ({count} ids of {bits} bits)", f"{stream.size} bytes", raw=True)
@@ -362,20 +381,22 @@ def unpack_bits_from(
     decoded stream never exists in full next to the output.
 
     Raises:
-        DecodeError: ``bits`` is out of range or a pad bit is set (and whatever ``read`` raises).
+        DecodeError: ``count`` or ``bits`` is out of range or a pad bit is set (and whatever ``read`` raises).
         R3WireError: ``dtype`` cannot hold ``bits``-bit ids.
     """
-    bits, out_dtype = _unpack_arguments(bits, dtype)
+    count, bits, out_dtype = _unpack_arguments(count, bits, dtype)
     return _unpack(lambda start, stop: np.frombuffer(read(start, stop), np.uint8), count, bits, out_dtype, field)
 
 
-def _unpack_arguments(bits: object, dtype: Any) -> tuple[int, np.dtype[Any]]:
-    """``bits`` checked, and the native-order integer dtype ``dtype`` names, refused if it cannot hold them."""
+def _unpack_arguments(count: object, bits: object, dtype: Any) -> tuple[int, int, np.dtype[Any]]:
+    """``count`` and ``bits`` checked, and the native-order integer dtype ``dtype`` names, refused if it cannot
+    hold ``bits``-bit ids."""
+    number = check_int(count, "count", minimum=0, maximum=_MAX_COUNT, error=DecodeError)
     width = _check_bits(bits, DecodeError)
     out_dtype = np.dtype(dtype).newbyteorder("=")
     if out_dtype.kind not in "iu" or out_dtype.itemsize * 8 - (out_dtype.kind == "i") < width:
         raise R3WireError.make("dtype", f"an integer dtype that holds {width}-bit ids", str(out_dtype), raw=True)
-    return width, out_dtype
+    return number, width, out_dtype
 
 
 def _unpack(
@@ -385,7 +406,7 @@ def _unpack(
     out_dtype: np.dtype[Any],
     field: str,
 ) -> np.ndarray[Any, Any]:
-    nbytes = packed_nbytes(count, bits)
+    nbytes = _nbytes(count, bits)
     if count <= _SMALL_COUNT:
         return _unpack_small(read(0, nbytes), count, bits, out_dtype, field)
     plan = _plan(bits)
