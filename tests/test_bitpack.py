@@ -100,6 +100,35 @@ def test_unpack_buffer_forms(form: str) -> None:
     assert back.flags.writeable
 
 
+@pytest.mark.parametrize(
+    ("buffer", "got"),
+    [
+        ("abcd", "str"),
+        ([1, 0], "list"),
+        (None, "NoneType"),
+        (memoryview(bytes(8))[::2], "memoryview"),  # was a BufferError
+        (np.zeros(8, np.uint8)[::2], "a non-C-contiguous array of uint8"),  # was silently copied
+        (np.zeros((2, 3), np.uint8, order="F"), "a non-C-contiguous array of uint8"),
+        (np.array([b"ab", 1], dtype=object), "an object array"),
+    ],
+)
+def test_unpack_refuses_a_buffer_that_is_not_a_contiguous_bytes_like(buffer: Any, got: str) -> None:
+    with pytest.raises(DecodeError, match=r"frame\.data must be a C-contiguous bytes-like object") as info:
+        unpack_bits(buffer, 3, 9, np.int16, field="frame.data")
+    assert info.value.field == "frame.data"
+    assert info.value.got is not None
+    assert info.value.got.startswith(got)
+
+
+def test_unpack_reads_a_contiguous_array_of_any_dtype_as_its_bytes() -> None:
+    ids = _ids(40, 9)
+    stream = pack_bits(ids, 9)  # 45 bytes
+    wide = np.zeros(48, dtype=np.uint8)
+    wide[:45] = stream
+    as_int16 = wide.view(">i2").reshape(4, 6)
+    assert unpack_bits(as_int16[:, :], 42, 9, np.int16).tolist() == [*ids.tolist(), 0, 0]
+
+
 def test_packed_nbytes() -> None:
     assert [packed_nbytes(n, 9) for n in (0, 1, 7, 8, 9)] == [0, 2, 8, 9, 11]
     assert packed_nbytes(8192 * 48 * 8, 7) == 8192 * 48 * 7

@@ -344,8 +344,8 @@ def unpack_bits(
     """Unpack ``count`` ids of ``bits`` bits from an LSB-first stream into a new 1-d array of ``dtype``.
 
     Args:
-        buffer: the stream: bytes, bytearray, memoryview or a uint8 array of exactly
-            :func:`packed_nbytes` ``(count, bits)`` bytes.
+        buffer: the stream: a C-contiguous bytes-like object (bytes, bytearray, memoryview, mmap) or NumPy array
+            (read as its bytes) of exactly :func:`packed_nbytes` ``(count, bits)`` bytes.
         count: the number of ids, an integer in ``0 .. 2**60 - 8``.
         bits: the field width, ``1 .. 31``.
         dtype: the integer dtype of the result; it must hold ``bits``-bit values.
@@ -355,15 +355,35 @@ def unpack_bits(
         A writable, C-contiguous array of ``dtype`` in native byte order.
 
     Raises:
-        DecodeError: ``count`` or ``bits`` is out of range, the buffer has the wrong length, or a pad bit is set.
+        DecodeError: ``count`` or ``bits`` is out of range, the buffer is not a C-contiguous bytes-like object or
+            has the wrong length, or a pad bit is set.
         R3WireError: ``dtype`` cannot hold ``bits``-bit ids.
     """
     count, bits, out_dtype = _unpack_arguments(count, bits, dtype)
     nbytes = _nbytes(count, bits)
-    stream = buffer.reshape(-1).view(np.uint8) if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8)
+    stream = _stream(buffer, field)
     if stream.size != nbytes:
         raise DecodeError.make(field, f"{nbytes} bytes ({count} ids of {bits} bits)", f"{stream.size} bytes", raw=True)
     return _unpack(lambda start, stop: stream[start:stop], count, bits, out_dtype, field)
+
+
+def _stream(buffer: object, field: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """``buffer``'s bytes as a 1-d uint8 array sharing its memory, or the DecodeError naming ``field``."""
+    expected = "a C-contiguous bytes-like object (bytes, bytearray, memoryview) or NumPy array"
+    if isinstance(buffer, np.ndarray):
+        # Refused rather than copied: reshape(-1) would silently copy a strided array, and an object array's
+        # memory holds pointers, not a stream.
+        if not buffer.flags.c_contiguous or buffer.dtype.hasobject:
+            what = "an object array" if buffer.dtype.hasobject else f"a non-C-contiguous array of {buffer.dtype}"
+            raise DecodeError.make(field, expected, what, raw=True)
+        stream: np.ndarray[Any, np.dtype[np.uint8]] = buffer.reshape(-1).view(np.uint8)
+        return stream
+    try:
+        # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
+        source: Any = buffer
+        return np.frombuffer(source, np.uint8)
+    except (TypeError, ValueError, BufferError) as exc:  # BufferError: a strided memoryview
+        raise DecodeError.make(field, expected, f"{type(buffer).__name__} ({exc})", raw=True) from None
 
 
 def unpack_bits_from(
