@@ -215,6 +215,28 @@ def test_unpack_refuses_a_dtype_too_narrow() -> None:
         unpack_bits(b"\0" * 3, 8, 3, np.float32)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "got"),
+    [
+        ("foo", "'foo' (data type 'foo' not understood)"),  # was a TypeError from np.dtype
+        ({"names": 1}, "{'names': 1} ("),
+        ([("a", "i4"), ("a", "i4")], "[('a', 'i4'), ('a', 'i4')] ("),  # a ValueError from np.dtype
+        (None, "None"),  # np.dtype(None) is float64
+        (2.5, "2.5 ("),
+    ],
+)
+def test_unpack_refuses_what_is_not_a_dtype(dtype: Any, got: str) -> None:
+    with pytest.raises(R3WireError, match="dtype must be an integer dtype that holds 9-bit ids") as info:
+        unpack_bits(bytes(4), 3, 9, dtype)
+    assert info.value.field == "dtype"
+    assert info.value.got is not None
+    assert info.value.got.startswith(got)
+    with pytest.raises(R3WireError, match="dtype must be an integer dtype") as info:
+        bitpack.unpack_bits_from(lambda start, stop: bytes(stop - start), 3, 9, dtype)
+    assert info.value.got is not None
+    assert info.value.got.startswith(got)
+
+
 def test_pack_into_a_reused_buffer() -> None:
     ids = np.arange(5000, dtype=np.int32) % 384
     want = pack_bits(ids, 9)

@@ -32,7 +32,7 @@ from typing import Any, Final, NoReturn
 import numpy as np
 
 from r3wire._validate import MAX_EXTENT, check_int
-from r3wire.errors import DecodeError, EncodeError, R3WireError
+from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 
 __all__ = ["MAX_BITS", "pack_bits", "packed_nbytes", "unpack_bits", "unpack_bits_from"]
 
@@ -357,7 +357,7 @@ def unpack_bits(
     Raises:
         DecodeError: ``count`` or ``bits`` is out of range, the buffer is not a C-contiguous bytes-like object or
             has the wrong length, or a pad bit is set.
-        R3WireError: ``dtype`` cannot hold ``bits``-bit ids.
+        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids.
     """
     count, bits, out_dtype = _unpack_arguments(count, bits, dtype)
     nbytes = _nbytes(count, bits)
@@ -402,7 +402,7 @@ def unpack_bits_from(
 
     Raises:
         DecodeError: ``count`` or ``bits`` is out of range or a pad bit is set (and whatever ``read`` raises).
-        R3WireError: ``dtype`` cannot hold ``bits``-bit ids.
+        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids.
     """
     count, bits, out_dtype = _unpack_arguments(count, bits, dtype)
     return _unpack(lambda start, stop: np.frombuffer(read(start, stop), np.uint8), count, bits, out_dtype, field)
@@ -413,9 +413,15 @@ def _unpack_arguments(count: object, bits: object, dtype: Any) -> tuple[int, int
     hold ``bits``-bit ids."""
     number = check_int(count, "count", minimum=0, maximum=_MAX_COUNT, error=DecodeError)
     width = _check_bits(bits, DecodeError)
-    out_dtype = np.dtype(dtype).newbyteorder("=")
+    expected = f"an integer dtype that holds {width}-bit ids"
+    if dtype is None:  # np.dtype(None) is float64: name what the caller passed, not that
+        raise R3WireError.make("dtype", expected, None)
+    try:
+        out_dtype = np.dtype(dtype).newbyteorder("=")
+    except Exception as exc:  # NumPy's parser raises TypeError, ValueError and others for what it cannot read
+        raise R3WireError.make("dtype", expected, f"{describe(dtype)} ({exc})", raw=True) from None
     if out_dtype.kind not in "iu" or out_dtype.itemsize * 8 - (out_dtype.kind == "i") < width:
-        raise R3WireError.make("dtype", f"an integer dtype that holds {width}-bit ids", str(out_dtype), raw=True)
+        raise R3WireError.make("dtype", expected, str(out_dtype), raw=True)
     return number, width, out_dtype
 
 
