@@ -237,6 +237,36 @@ def test_unpack_refuses_what_is_not_a_dtype(dtype: Any, got: str) -> None:
     assert info.value.got.startswith(got)
 
 
+@pytest.mark.parametrize("count", [3, 600])  # the few-ids path and the chunked kernel
+@pytest.mark.parametrize(
+    ("read", "got"),
+    [
+        (lambda start, stop: b"", "0 bytes"),  # was a ValueError (cannot reshape) from the kernel
+        (lambda start, stop: bytes(stop - start + 1), "{n_plus_1} bytes"),
+        (lambda start, stop: bytes(stop - start - 1), "{n_minus_1} bytes"),
+        (lambda start, stop: "x" * (stop - start), "str ("),
+        (lambda start, stop: None, "NoneType ("),
+        (lambda start, stop: memoryview(bytes(2 * (stop - start)))[::2], "memoryview ("),  # not contiguous
+    ],
+)
+def test_unpack_from_refuses_a_read_that_does_not_return_the_range(read: Any, got: str, count: int) -> None:
+    nbytes = packed_nbytes(count, 9)  # the first read asks for the whole stream at these sizes
+    with pytest.raises(
+        DecodeError, match=rf"envelope\.data must be .*from read for its bytes 0\.\.{nbytes}, got "
+    ) as info:
+        bitpack.unpack_bits_from(read, count, 9, np.int16, field="envelope.data")
+    assert info.value.field == "envelope.data"
+    assert info.value.got is not None
+    assert info.value.got.startswith(got.format(n_plus_1=nbytes + 1, n_minus_1=nbytes - 1))
+
+
+@pytest.mark.parametrize("read", [None, b"\0\0\0\0", 3])
+def test_unpack_from_refuses_a_read_that_is_not_callable(read: Any) -> None:
+    with pytest.raises(DecodeError, match="read must be a callable") as info:
+        bitpack.unpack_bits_from(read, 3, 9, np.int16)
+    assert info.value.field == "read"
+
+
 def test_pack_into_a_reused_buffer() -> None:
     ids = np.arange(5000, dtype=np.int32) % 384
     want = pack_bits(ids, 9)

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any, Final, NoReturn
 
 import numpy as np
@@ -401,11 +401,33 @@ def unpack_bits_from(
     decoded stream never exists in full next to the output.
 
     Raises:
-        DecodeError: ``count`` or ``bits`` is out of range or a pad bit is set (and whatever ``read`` raises).
+        DecodeError: ``read`` is not callable, ``count`` or ``bits`` is out of range, ``read`` returns something
+            other than exactly the bytes asked for (named as ``field``), or a pad bit is set (and whatever
+            ``read`` raises).
         R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids.
     """
+    if not callable(read):
+        raise DecodeError.make("read", "a callable read(start, stop) returning those bytes", read)
     count, bits, out_dtype = _unpack_arguments(count, bits, dtype)
-    return _unpack(lambda start, stop: np.frombuffer(read(start, stop), np.uint8), count, bits, out_dtype, field)
+    return _unpack(partial(_read_range, read, field), count, bits, out_dtype, field)
+
+
+def _read_range(read: Callable[[int, int], Any], field: str, start: int, stop: int) -> np.ndarray[Any, Any]:
+    """``read(start, stop)`` as a uint8 array, refused unless it is exactly those ``stop - start`` bytes: the kernel's
+    views and 8-byte loads assume the length, and a short range would otherwise fail deep inside it."""
+    piece = read(start, stop)
+    try:
+        # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
+        source: Any = piece
+        stream: np.ndarray[Any, Any] = np.frombuffer(source, np.uint8)
+    except (TypeError, ValueError, BufferError) as exc:
+        expected = f"a C-contiguous bytes-like object from read for its bytes {start}..{stop}"
+        raise DecodeError.make(field, expected, f"{type(piece).__name__} ({exc})", raw=True) from None
+    if stream.size != stop - start:
+        raise DecodeError.make(
+            field, f"{stop - start} bytes from read for its bytes {start}..{stop}", f"{stream.size} bytes", raw=True
+        )
+    return stream
 
 
 def _unpack_arguments(count: object, bits: object, dtype: Any) -> tuple[int, int, np.dtype[Any]]:
