@@ -282,6 +282,7 @@ def test_pack_into_a_reused_buffer() -> None:
         (np.empty(10, dtype=np.uint8), "out must be 12 bytes, got 10 bytes"),
         (np.empty(24, dtype=np.uint8)[::2], "out must be a writable, C-contiguous NumPy array"),
         (bytearray(12), "out must be a writable, C-contiguous NumPy array, got bytearray"),
+        (np.empty(12, dtype=object), "out must be .* of a dtype without objects, got an object array"),  # TypeError
     ],
 )
 def test_pack_into_a_wrong_buffer(out: Any, message: str) -> None:
@@ -296,6 +297,29 @@ def test_below_bounds_the_ids_more_tightly_than_bits() -> None:
         pack_bits(ids, 9, below=384)
     with pytest.raises(EncodeError, match="below must be an integer"):
         pack_bits(ids, 9, below=0)
+
+
+@pytest.mark.parametrize("checked", ["no", 0, 1, None, np.array([True])])
+def test_checked_must_be_a_bool(checked: Any) -> None:
+    # "no" is truthy: it skipped the range check, packing 512 as 0 without an error.
+    with pytest.raises(EncodeError, match="checked must be a bool") as info:
+        pack_bits(np.array([1, 512]), 9, checked=checked)
+    assert info.value.field == "checked"
+
+
+def test_checked_may_be_a_numpy_bool() -> None:
+    yes: Any = np.bool_(True)  # Any: typed as bool, as every flag of the API; np.bool_ is accepted at run time
+    no: Any = np.bool_(False)
+    assert pack_bits(np.array([1, 2]), 9, checked=yes).tolist() == [1, 4, 0]
+    with pytest.raises(EncodeError, match="ids must be"):
+        pack_bits(np.array([1, 512]), 9, checked=no)
+
+
+@pytest.mark.parametrize("below", ["x", 0, 2**31 + 1, 3.0, True])
+def test_below_is_checked_even_when_the_ids_are_not(below: Any) -> None:
+    with pytest.raises(EncodeError, match=r"below must be an integer in 1\.\.2147483648, got ") as info:
+        pack_bits(np.array([1, 2]), 9, checked=True, below=below)
+    assert info.value.field == "below"
 
 
 @pytest.mark.parametrize("dtype", ["i1", "<i2", ">i4", "<i8"])

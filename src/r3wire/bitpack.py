@@ -171,29 +171,35 @@ def pack_bits(
     Args:
         ids: an integer array of any dtype and byte order.
         bits: the field width, ``1 .. 31``.
-        checked: the caller has already verified ``0 <= id < 2**bits`` for every id; skip that pass.
-        below: a tighter exclusive upper bound for the ids than ``2**bits`` (a model's ``num_experts``).
+        checked: a bool: the caller has already verified ``0 <= id < 2**bits`` for every id; skip that pass.
+        below: a tighter exclusive upper bound for the ids than ``2**bits`` (a model's ``num_experts``), an
+            integer in ``1 .. 2**31``; checked, though unused, when ``checked`` is true.
         out: write the stream here instead of into a new array: a writable, C-contiguous array whose bytes number
-            exactly :func:`packed_nbytes` ``(ids.size, bits)`` (any dtype; a reused buffer avoids page faults).
+            exactly :func:`packed_nbytes` ``(ids.size, bits)`` (any dtype but object; a reused buffer avoids page
+            faults).
 
     Returns:
         A 1-d uint8 array of exactly :func:`packed_nbytes` ``(ids.size, bits)`` bytes, pad bits zero: a view of
         ``out`` when given.
 
     Raises:
-        EncodeError: ``bits`` or ``out`` is unusable, ``ids`` is not an integer array, or an id is negative or
-            does not fit ``bits`` (or ``below``).
+        EncodeError: ``bits``, ``checked``, ``below`` or ``out`` is unusable, ``ids`` is not an integer array, or
+            an id is negative or does not fit ``bits`` (or ``below``).
     """
     bits = _check_bits(bits, EncodeError)
     given: object = ids  # callers outside the type checker pass lists too
     if not isinstance(given, np.ndarray) or given.dtype.kind not in "iu":
         got = given.dtype if isinstance(given, np.ndarray) else type(given).__name__
         raise EncodeError.make("ids", "an integer NumPy array", str(got), raw=True)
+    if not isinstance(checked, (bool, np.bool_)):
+        raise EncodeError.make("checked", "a bool", checked)
+    # Checked even when ``checked`` makes it unused: a bad bound is the caller's mistake whichever path runs.
+    bound = None if below is None else check_int(below, "below", minimum=1, maximum=1 << MAX_BITS, error=EncodeError)
     limit = None
     if not checked:
         limit = min(1 << bits, _signed_limit(ids.dtype))
-        if below is not None:
-            limit = min(limit, check_int(below, "below", minimum=1, maximum=1 << MAX_BITS, error=EncodeError))
+        if bound is not None:
+            limit = min(limit, bound)
     count = ids.size
     stream = _output(out, _nbytes(count, bits))
     # One pass per bounds check: viewed as unsigned, a negative id is at least 2**(width - 1), above any limit.
@@ -236,9 +242,13 @@ def _output(out: np.ndarray[Any, Any] | None, nbytes: int) -> np.ndarray[Any, np
     if out is None:
         return np.empty(nbytes, dtype=np.uint8)
     given: object = out
-    if not isinstance(given, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
-        got = type(given).__name__ if not isinstance(given, np.ndarray) else "a read-only or non-contiguous array"
-        raise EncodeError.make("out", "a writable, C-contiguous NumPy array", got, raw=True)
+    expected = "a writable, C-contiguous NumPy array"
+    if not isinstance(given, np.ndarray):
+        raise EncodeError.make("out", expected, type(given).__name__, raw=True)
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise EncodeError.make("out", expected, "a read-only or non-contiguous array", raw=True)
+    if out.dtype.hasobject:  # its memory holds pointers: the stream written over them would corrupt the array
+        raise EncodeError.make("out", f"{expected} of a dtype without objects", "an object array", raw=True)
     stream = out.reshape(-1).view(np.uint8)
     if stream.size != nbytes:
         raise EncodeError.make("out", f"{nbytes} bytes", f"{stream.size} bytes", raw=True)
