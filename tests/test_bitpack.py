@@ -267,6 +267,16 @@ def test_unpack_from_refuses_a_read_that_is_not_callable(read: Any) -> None:
     assert info.value.field == "read"
 
 
+@pytest.mark.parametrize("field", [None, 5, b"data", ["data"]])
+def test_field_must_be_a_string(field: Any) -> None:
+    # It names the stream in every later error: 5 gave "5 must be 4 bytes", an error whose field was an int.
+    with pytest.raises(R3WireError, match="field must be a string") as info:
+        unpack_bits(bytes(3), 3, 9, np.int16, field=field)
+    assert info.value.field == "field"
+    with pytest.raises(R3WireError, match="field must be a string"):
+        bitpack.unpack_bits_from(lambda start, stop: bytes(stop - start), 3, 9, np.int16, field=field)
+
+
 def test_pack_into_a_reused_buffer() -> None:
     ids = np.arange(5000, dtype=np.int32) % 384
     want = pack_bits(ids, 9)

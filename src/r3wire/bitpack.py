@@ -367,9 +367,9 @@ def unpack_bits(
     Raises:
         DecodeError: ``count`` or ``bits`` is out of range, the buffer is not a C-contiguous bytes-like object or
             has the wrong length, or a pad bit is set.
-        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids.
+        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids, or ``field`` is not a string.
     """
-    count, bits, out_dtype = _unpack_arguments(count, bits, dtype)
+    count, bits, out_dtype = _unpack_arguments(count, bits, dtype, field)
     nbytes = _nbytes(count, bits)
     stream = _stream(buffer, field)
     if stream.size != nbytes:
@@ -414,11 +414,11 @@ def unpack_bits_from(
         DecodeError: ``read`` is not callable, ``count`` or ``bits`` is out of range, ``read`` returns something
             other than exactly the bytes asked for (named as ``field``), or a pad bit is set (and whatever
             ``read`` raises).
-        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids.
+        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids, or ``field`` is not a string.
     """
     if not callable(read):
         raise DecodeError.make("read", "a callable read(start, stop) returning those bytes", read)
-    count, bits, out_dtype = _unpack_arguments(count, bits, dtype)
+    count, bits, out_dtype = _unpack_arguments(count, bits, dtype, field)
     return _unpack(partial(_read_range, read, field), count, bits, out_dtype, field)
 
 
@@ -440,9 +440,11 @@ def _read_range(read: Callable[[int, int], Any], field: str, start: int, stop: i
     return stream
 
 
-def _unpack_arguments(count: object, bits: object, dtype: Any) -> tuple[int, int, np.dtype[Any]]:
+def _unpack_arguments(count: object, bits: object, dtype: Any, field: object) -> tuple[int, int, np.dtype[Any]]:
     """``count`` and ``bits`` checked, and the native-order integer dtype ``dtype`` names, refused if it cannot
-    hold ``bits``-bit ids."""
+    hold ``bits``-bit ids; ``field`` must be a string, since every later error names it."""
+    if not isinstance(field, str):
+        raise R3WireError.make("field", "a string (the name errors give the stream)", field)
     number = check_int(count, "count", minimum=0, maximum=_MAX_COUNT, error=DecodeError)
     width = _check_bits(bits, DecodeError)
     expected = f"an integer dtype that holds {width}-bit ids"
