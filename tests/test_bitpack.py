@@ -100,6 +100,35 @@ def test_unpack_buffer_forms(form: str) -> None:
     assert back.flags.writeable
 
 
+@pytest.mark.parametrize(
+    ("buffer", "got"),
+    [
+        ("abcd", "str"),
+        ([1, 0], "list"),
+        (None, "NoneType"),
+        (memoryview(bytes(8))[::2], "memoryview"),  # was a BufferError
+        (np.zeros(8, np.uint8)[::2], "a non-C-contiguous array of uint8"),  # was silently copied
+        (np.zeros((2, 3), np.uint8, order="F"), "a non-C-contiguous array of uint8"),
+        (np.array([b"ab", 1], dtype=object), "an object array"),
+    ],
+)
+def test_unpack_refuses_a_buffer_that_is_not_a_contiguous_bytes_like(buffer: Any, got: str) -> None:
+    with pytest.raises(DecodeError, match=r"frame\.data must be a C-contiguous bytes-like object") as info:
+        unpack_bits(buffer, 3, 9, np.int16, field="frame.data")
+    assert info.value.field == "frame.data"
+    assert info.value.got is not None
+    assert info.value.got.startswith(got)
+
+
+def test_unpack_reads_a_contiguous_array_of_any_dtype_as_its_bytes() -> None:
+    ids = _ids(40, 9)
+    stream = pack_bits(ids, 9)  # 45 bytes
+    wide = np.zeros(48, dtype=np.uint8)
+    wide[:45] = stream
+    as_int16 = wide.view(">i2").reshape(4, 6)
+    assert unpack_bits(as_int16[:, :], 42, 9, np.int16).tolist() == [*ids.tolist(), 0, 0]
+
+
 def test_packed_nbytes() -> None:
     assert [packed_nbytes(n, 9) for n in (0, 1, 7, 8, 9)] == [0, 2, 8, 9, 11]
     assert packed_nbytes(8192 * 48 * 8, 7) == 8192 * 48 * 7
@@ -124,6 +153,36 @@ def test_wrong_length_is_refused_before_unpacking() -> None:
     with pytest.raises(DecodeError) as info:
         unpack_bits(b"\0" * 10, 8, 9, np.int16, field="frame.data")
     assert info.value.field == "frame.data"
+
+
+@pytest.mark.parametrize("count", ["3", None, 3.0, 1000.0, 2.5, -1, True, np.bool_(True), 2**60 - 7, 2**80])
+def test_bad_count(count: Any) -> None:
+    # Each was a TypeError (slice indices, sequence of integers), or a DecodeError for a buffer of "-1 bytes".
+    nbytes = 1125 if count == 1000.0 else 4
+    with pytest.raises(DecodeError, match=r"count must be an integer in 0\.\.1152921504606846968, got ") as info:
+        unpack_bits(bytes(nbytes), count, 9, np.int16)
+    assert info.value.field == "count"
+    with pytest.raises(DecodeError, match=r"count must be an integer in 0\.\.1152921504606846968, got ") as info:
+        bitpack.unpack_bits_from(lambda start, stop: bytes(stop - start), count, 9, np.int16)
+    assert info.value.field == "count"
+
+
+def test_count_may_be_a_numpy_integer() -> None:
+    ids = _ids(600, 9)
+    stream = pack_bits(ids, 9)
+    for count in (np.int64(600), np.uint16(600)):
+        assert unpack_bits(stream, count, 9, np.int16).tolist() == ids.tolist()
+    assert packed_nbytes(np.int32(8), np.uint8(9)) == 9
+
+
+@pytest.mark.parametrize(
+    ("count", "bits", "field"),
+    [(2.5, 3, "count"), (-1, 3, "count"), (True, 3, "count"), ("8", 9, "count"), (8, 0, "bits"), (8, 9.0, "bits")],
+)
+def test_packed_nbytes_checks_its_arguments(count: Any, bits: Any, field: str) -> None:
+    with pytest.raises(R3WireError, match=f"{field} must be an integer") as info:
+        packed_nbytes(count, bits)  # packed_nbytes(2.5, 3) was 1.0
+    assert info.value.field == field
 
 
 @pytest.mark.parametrize("bits", [0, 32, -1, True, 1.0, "9", None])
@@ -156,6 +215,68 @@ def test_unpack_refuses_a_dtype_too_narrow() -> None:
         unpack_bits(b"\0" * 3, 8, 3, np.float32)
 
 
+@pytest.mark.parametrize(
+    ("dtype", "got"),
+    [
+        ("foo", "'foo' (data type 'foo' not understood)"),  # was a TypeError from np.dtype
+        ({"names": 1}, "{'names': 1} ("),
+        ([("a", "i4"), ("a", "i4")], "[('a', 'i4'), ('a', 'i4')] ("),  # a ValueError from np.dtype
+        (None, "None"),  # np.dtype(None) is float64
+        (2.5, "2.5 ("),
+    ],
+)
+def test_unpack_refuses_what_is_not_a_dtype(dtype: Any, got: str) -> None:
+    with pytest.raises(R3WireError, match="dtype must be an integer dtype that holds 9-bit ids") as info:
+        unpack_bits(bytes(4), 3, 9, dtype)
+    assert info.value.field == "dtype"
+    assert info.value.got is not None
+    assert info.value.got.startswith(got)
+    with pytest.raises(R3WireError, match="dtype must be an integer dtype") as info:
+        bitpack.unpack_bits_from(lambda start, stop: bytes(stop - start), 3, 9, dtype)
+    assert info.value.got is not None
+    assert info.value.got.startswith(got)
+
+
+@pytest.mark.parametrize("count", [3, 600])  # the few-ids path and the chunked kernel
+@pytest.mark.parametrize(
+    ("read", "got"),
+    [
+        (lambda start, stop: b"", "0 bytes"),  # was a ValueError (cannot reshape) from the kernel
+        (lambda start, stop: bytes(stop - start + 1), "{n_plus_1} bytes"),
+        (lambda start, stop: bytes(stop - start - 1), "{n_minus_1} bytes"),
+        (lambda start, stop: "x" * (stop - start), "str ("),
+        (lambda start, stop: None, "NoneType ("),
+        (lambda start, stop: memoryview(bytes(2 * (stop - start)))[::2], "memoryview ("),  # not contiguous
+    ],
+)
+def test_unpack_from_refuses_a_read_that_does_not_return_the_range(read: Any, got: str, count: int) -> None:
+    nbytes = packed_nbytes(count, 9)  # the first read asks for the whole stream at these sizes
+    with pytest.raises(
+        DecodeError, match=rf"envelope\.data must be .*from read for its bytes 0\.\.{nbytes}, got "
+    ) as info:
+        bitpack.unpack_bits_from(read, count, 9, np.int16, field="envelope.data")
+    assert info.value.field == "envelope.data"
+    assert info.value.got is not None
+    assert info.value.got.startswith(got.format(n_plus_1=nbytes + 1, n_minus_1=nbytes - 1))
+
+
+@pytest.mark.parametrize("read", [None, b"\0\0\0\0", 3])
+def test_unpack_from_refuses_a_read_that_is_not_callable(read: Any) -> None:
+    with pytest.raises(DecodeError, match="read must be a callable") as info:
+        bitpack.unpack_bits_from(read, 3, 9, np.int16)
+    assert info.value.field == "read"
+
+
+@pytest.mark.parametrize("field", [None, 5, b"data", ["data"]])
+def test_field_must_be_a_string(field: Any) -> None:
+    # It names the stream in every later error: 5 gave "5 must be 4 bytes", an error whose field was an int.
+    with pytest.raises(R3WireError, match="field must be a string") as info:
+        unpack_bits(bytes(3), 3, 9, np.int16, field=field)
+    assert info.value.field == "field"
+    with pytest.raises(R3WireError, match="field must be a string"):
+        bitpack.unpack_bits_from(lambda start, stop: bytes(stop - start), 3, 9, np.int16, field=field)
+
+
 def test_pack_into_a_reused_buffer() -> None:
     ids = np.arange(5000, dtype=np.int32) % 384
     want = pack_bits(ids, 9)
@@ -171,6 +292,7 @@ def test_pack_into_a_reused_buffer() -> None:
         (np.empty(10, dtype=np.uint8), "out must be 12 bytes, got 10 bytes"),
         (np.empty(24, dtype=np.uint8)[::2], "out must be a writable, C-contiguous NumPy array"),
         (bytearray(12), "out must be a writable, C-contiguous NumPy array, got bytearray"),
+        (np.empty(12, dtype=object), "out must be .* of a dtype without objects, got an object array"),  # TypeError
     ],
 )
 def test_pack_into_a_wrong_buffer(out: Any, message: str) -> None:
@@ -185,6 +307,29 @@ def test_below_bounds_the_ids_more_tightly_than_bits() -> None:
         pack_bits(ids, 9, below=384)
     with pytest.raises(EncodeError, match="below must be an integer"):
         pack_bits(ids, 9, below=0)
+
+
+@pytest.mark.parametrize("checked", ["no", 0, 1, None, np.array([True])])
+def test_checked_must_be_a_bool(checked: Any) -> None:
+    # "no" is truthy: it skipped the range check, packing 512 as 0 without an error.
+    with pytest.raises(EncodeError, match="checked must be a bool") as info:
+        pack_bits(np.array([1, 512]), 9, checked=checked)
+    assert info.value.field == "checked"
+
+
+def test_checked_may_be_a_numpy_bool() -> None:
+    yes: Any = np.bool_(True)  # Any: typed as bool, as every flag of the API; np.bool_ is accepted at run time
+    no: Any = np.bool_(False)
+    assert pack_bits(np.array([1, 2]), 9, checked=yes).tolist() == [1, 4, 0]
+    with pytest.raises(EncodeError, match="ids must be"):
+        pack_bits(np.array([1, 512]), 9, checked=no)
+
+
+@pytest.mark.parametrize("below", ["x", 0, 2**31 + 1, 3.0, True])
+def test_below_is_checked_even_when_the_ids_are_not(below: Any) -> None:
+    with pytest.raises(EncodeError, match=r"below must be an integer in 1\.\.2147483648, got ") as info:
+        pack_bits(np.array([1, 2]), 9, checked=True, below=below)
+    assert info.value.field == "below"
 
 
 @pytest.mark.parametrize("dtype", ["i1", "<i2", ">i4", "<i8"])

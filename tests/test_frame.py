@@ -91,6 +91,33 @@ def test_copy_true_gives_a_new_writable_array() -> None:
     assert not np.shares_memory(routes, np.frombuffer(frame, np.uint8))
 
 
+@pytest.mark.parametrize("copy", ["no", "", 0, 1, None, [True]])
+def test_copy_must_be_a_bool(copy: Any) -> None:
+    # copy="no" was truthy: it copied, silently, where the caller meant a view.
+    frame = encode_routes_frame(_routes(), num_experts=384)
+    with pytest.raises(R3WireError, match="copy must be a bool") as info:
+        decode_routes_frame(frame, copy=copy)
+    assert info.value.field == "copy"
+
+
+@pytest.mark.parametrize("pack_bits", ["no", 0, None])
+def test_the_encoders_pack_bits_must_be_a_bool(pack_bits: Any) -> None:
+    # The frame's other flag: already checked by prepare_routes, kept so here.
+    for encode in (encode_routes_frame, frame_size):
+        for num_experts in (None, 384):
+            with pytest.raises(EncodeError, match="pack_bits must be a bool") as info:
+                encode(_routes(), num_experts=num_experts, pack_bits=pack_bits)
+            assert info.value.field == "pack_bits"
+
+
+def test_copy_may_be_a_numpy_bool() -> None:
+    frame = encode_routes_frame(_routes(), num_experts=384)
+    yes: Any = np.bool_(True)  # Any: typed as bool; np.bool_ is accepted at run time
+    no: Any = np.bool_(False)
+    assert decode_routes_frame(frame, copy=yes).flags.owndata
+    assert np.shares_memory(decode_routes_frame(frame, copy=no), np.frombuffer(frame, np.uint8))
+
+
 def test_misaligned_data_is_copied_into_an_aligned_array() -> None:
     ids = np.random.default_rng(0).integers(0, 2**20, size=(6, 5, 4))
     frame = encode_routes_frame(ids, num_experts=2**20)  # int32

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 from typing import Any, Final, NoReturn
 
 import numpy as np
 
-from r3wire._validate import check_int
-from r3wire.errors import DecodeError, EncodeError, R3WireError
+from r3wire._validate import MAX_EXTENT, check_int
+from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 
 __all__ = ["MAX_BITS", "pack_bits", "packed_nbytes", "unpack_bits", "unpack_bits_from"]
 
@@ -56,9 +56,28 @@ _LE_UINT: Final[dict[int, np.dtype[Any]]] = {
 }
 _U64: Final = np.dtype("<u8")
 
+# The most ids an unpack takes: its output is rounded up to whole groups of 8 ids of up to 8 bytes each, and NumPy
+# refuses (ValueError, not MemoryError) an array of more than 2**63 - 1 bytes.
+_MAX_COUNT: Final = MAX_EXTENT - 7
+
 
 def packed_nbytes(count: int, bits: int) -> int:
-    """Bytes in the stream of ``count`` ids of ``bits`` bits: ``ceil(count * bits / 8)``."""
+    """Bytes in the stream of ``count`` ids of ``bits`` bits: ``ceil(count * bits / 8)``.
+
+    Args:
+        count: the number of ids, an integer in ``0 .. 2**60 - 1``.
+        bits: the field width, ``1 .. 31``.
+
+    Raises:
+        R3WireError: ``count`` or ``bits`` is not an integer in its range.
+    """
+    # MAX_EXTENT: a decoder sizes the stream of any shape it has accepted (extent at most MAX_EXTENT) with this.
+    count = check_int(count, "count", minimum=0, maximum=MAX_EXTENT, error=R3WireError)
+    return _nbytes(count, _check_bits(bits, R3WireError))
+
+
+def _nbytes(count: int, bits: int) -> int:
+    """:func:`packed_nbytes` of arguments already checked (the kernels' own calls skip the checks)."""
     return (count * bits + 7) // 8
 
 
@@ -152,31 +171,37 @@ def pack_bits(
     Args:
         ids: an integer array of any dtype and byte order.
         bits: the field width, ``1 .. 31``.
-        checked: the caller has already verified ``0 <= id < 2**bits`` for every id; skip that pass.
-        below: a tighter exclusive upper bound for the ids than ``2**bits`` (a model's ``num_experts``).
+        checked: a bool: the caller has already verified ``0 <= id < 2**bits`` for every id; skip that pass.
+        below: a tighter exclusive upper bound for the ids than ``2**bits`` (a model's ``num_experts``), an
+            integer in ``1 .. 2**31``; checked, though unused, when ``checked`` is true.
         out: write the stream here instead of into a new array: a writable, C-contiguous array whose bytes number
-            exactly :func:`packed_nbytes` ``(ids.size, bits)`` (any dtype; a reused buffer avoids page faults).
+            exactly :func:`packed_nbytes` ``(ids.size, bits)`` (any dtype but object; a reused buffer avoids page
+            faults).
 
     Returns:
         A 1-d uint8 array of exactly :func:`packed_nbytes` ``(ids.size, bits)`` bytes, pad bits zero: a view of
         ``out`` when given.
 
     Raises:
-        EncodeError: ``bits`` or ``out`` is unusable, ``ids`` is not an integer array, or an id is negative or
-            does not fit ``bits`` (or ``below``).
+        EncodeError: ``bits``, ``checked``, ``below`` or ``out`` is unusable, ``ids`` is not an integer array, or
+            an id is negative or does not fit ``bits`` (or ``below``).
     """
     bits = _check_bits(bits, EncodeError)
     given: object = ids  # callers outside the type checker pass lists too
     if not isinstance(given, np.ndarray) or given.dtype.kind not in "iu":
         got = given.dtype if isinstance(given, np.ndarray) else type(given).__name__
         raise EncodeError.make("ids", "an integer NumPy array", str(got), raw=True)
+    if not isinstance(checked, (bool, np.bool_)):
+        raise EncodeError.make("checked", "a bool", checked)
+    # Checked even when ``checked`` makes it unused: a bad bound is the caller's mistake whichever path runs.
+    bound = None if below is None else check_int(below, "below", minimum=1, maximum=1 << MAX_BITS, error=EncodeError)
     limit = None
     if not checked:
         limit = min(1 << bits, _signed_limit(ids.dtype))
-        if below is not None:
-            limit = min(limit, check_int(below, "below", minimum=1, maximum=1 << MAX_BITS, error=EncodeError))
+        if bound is not None:
+            limit = min(limit, bound)
     count = ids.size
-    stream = _output(out, packed_nbytes(count, bits))
+    stream = _output(out, _nbytes(count, bits))
     # One pass per bounds check: viewed as unsigned, a negative id is at least 2**(width - 1), above any limit.
     flat = _as_unsigned(ids.reshape(-1))
     if count <= _SMALL_COUNT:
@@ -217,9 +242,13 @@ def _output(out: np.ndarray[Any, Any] | None, nbytes: int) -> np.ndarray[Any, np
     if out is None:
         return np.empty(nbytes, dtype=np.uint8)
     given: object = out
-    if not isinstance(given, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable:
-        got = type(given).__name__ if not isinstance(given, np.ndarray) else "a read-only or non-contiguous array"
-        raise EncodeError.make("out", "a writable, C-contiguous NumPy array", got, raw=True)
+    expected = "a writable, C-contiguous NumPy array"
+    if not isinstance(given, np.ndarray):
+        raise EncodeError.make("out", expected, type(given).__name__, raw=True)
+    if not out.flags.c_contiguous or not out.flags.writeable:
+        raise EncodeError.make("out", expected, "a read-only or non-contiguous array", raw=True)
+    if out.dtype.hasobject:  # its memory holds pointers: the stream written over them would corrupt the array
+        raise EncodeError.make("out", f"{expected} of a dtype without objects", "an object array", raw=True)
     stream = out.reshape(-1).view(np.uint8)
     if stream.size != nbytes:
         raise EncodeError.make("out", f"{nbytes} bytes", f"{stream.size} bytes", raw=True)
@@ -325,9 +354,9 @@ def unpack_bits(
     """Unpack ``count`` ids of ``bits`` bits from an LSB-first stream into a new 1-d array of ``dtype``.
 
     Args:
-        buffer: the stream: bytes, bytearray, memoryview or a uint8 array of exactly
-            :func:`packed_nbytes` ``(count, bits)`` bytes.
-        count: the number of ids.
+        buffer: the stream: a C-contiguous bytes-like object (bytes, bytearray, memoryview, mmap) or NumPy array
+            (read as its bytes) of exactly :func:`packed_nbytes` ``(count, bits)`` bytes.
+        count: the number of ids, an integer in ``0 .. 2**60 - 8``.
         bits: the field width, ``1 .. 31``.
         dtype: the integer dtype of the result; it must hold ``bits``-bit values.
         field: the field named in errors.
@@ -336,15 +365,35 @@ def unpack_bits(
         A writable, C-contiguous array of ``dtype`` in native byte order.
 
     Raises:
-        DecodeError: ``bits`` is out of range, the buffer has the wrong length, or a pad bit is set.
-        R3WireError: ``dtype`` cannot hold ``bits``-bit ids.
+        DecodeError: ``count`` or ``bits`` is out of range, the buffer is not a C-contiguous bytes-like object or
+            has the wrong length, or a pad bit is set.
+        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids, or ``field`` is not a string.
     """
-    bits, out_dtype = _unpack_arguments(bits, dtype)
-    nbytes = packed_nbytes(count, bits)
-    stream = buffer.reshape(-1).view(np.uint8) if isinstance(buffer, np.ndarray) else np.frombuffer(buffer, np.uint8)
+    count, bits, out_dtype = _unpack_arguments(count, bits, dtype, field)
+    nbytes = _nbytes(count, bits)
+    stream = _stream(buffer, field)
     if stream.size != nbytes:
         raise DecodeError.make(field, f"{nbytes} bytes ({count} ids of {bits} bits)", f"{stream.size} bytes", raw=True)
     return _unpack(lambda start, stop: stream[start:stop], count, bits, out_dtype, field)
+
+
+def _stream(buffer: object, field: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """``buffer``'s bytes as a 1-d uint8 array sharing its memory, or the DecodeError naming ``field``."""
+    expected = "a C-contiguous bytes-like object (bytes, bytearray, memoryview) or NumPy array"
+    if isinstance(buffer, np.ndarray):
+        # Refused rather than copied: reshape(-1) would silently copy a strided array, and an object array's
+        # memory holds pointers, not a stream.
+        if not buffer.flags.c_contiguous or buffer.dtype.hasobject:
+            what = "an object array" if buffer.dtype.hasobject else f"a non-C-contiguous array of {buffer.dtype}"
+            raise DecodeError.make(field, expected, what, raw=True)
+        stream: np.ndarray[Any, np.dtype[np.uint8]] = buffer.reshape(-1).view(np.uint8)
+        return stream
+    try:
+        # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
+        source: Any = buffer
+        return np.frombuffer(source, np.uint8)
+    except (TypeError, ValueError, BufferError) as exc:  # BufferError: a strided memoryview
+        raise DecodeError.make(field, expected, f"{type(buffer).__name__} ({exc})", raw=True) from None
 
 
 def unpack_bits_from(
@@ -362,20 +411,52 @@ def unpack_bits_from(
     decoded stream never exists in full next to the output.
 
     Raises:
-        DecodeError: ``bits`` is out of range or a pad bit is set (and whatever ``read`` raises).
-        R3WireError: ``dtype`` cannot hold ``bits``-bit ids.
+        DecodeError: ``read`` is not callable, ``count`` or ``bits`` is out of range, ``read`` returns something
+            other than exactly the bytes asked for (named as ``field``), or a pad bit is set (and whatever
+            ``read`` raises).
+        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids, or ``field`` is not a string.
     """
-    bits, out_dtype = _unpack_arguments(bits, dtype)
-    return _unpack(lambda start, stop: np.frombuffer(read(start, stop), np.uint8), count, bits, out_dtype, field)
+    if not callable(read):
+        raise DecodeError.make("read", "a callable read(start, stop) returning those bytes", read)
+    count, bits, out_dtype = _unpack_arguments(count, bits, dtype, field)
+    return _unpack(partial(_read_range, read, field), count, bits, out_dtype, field)
 
 
-def _unpack_arguments(bits: object, dtype: Any) -> tuple[int, np.dtype[Any]]:
-    """``bits`` checked, and the native-order integer dtype ``dtype`` names, refused if it cannot hold them."""
+def _read_range(read: Callable[[int, int], Any], field: str, start: int, stop: int) -> np.ndarray[Any, Any]:
+    """``read(start, stop)`` as a uint8 array, refused unless it is exactly those ``stop - start`` bytes: the kernel's
+    views and 8-byte loads assume the length, and a short range would otherwise fail deep inside it."""
+    piece = read(start, stop)
+    try:
+        # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
+        source: Any = piece
+        stream: np.ndarray[Any, Any] = np.frombuffer(source, np.uint8)
+    except (TypeError, ValueError, BufferError) as exc:
+        expected = f"a C-contiguous bytes-like object from read for its bytes {start}..{stop}"
+        raise DecodeError.make(field, expected, f"{type(piece).__name__} ({exc})", raw=True) from None
+    if stream.size != stop - start:
+        raise DecodeError.make(
+            field, f"{stop - start} bytes from read for its bytes {start}..{stop}", f"{stream.size} bytes", raw=True
+        )
+    return stream
+
+
+def _unpack_arguments(count: object, bits: object, dtype: Any, field: object) -> tuple[int, int, np.dtype[Any]]:
+    """``count`` and ``bits`` checked, and the native-order integer dtype ``dtype`` names, refused if it cannot
+    hold ``bits``-bit ids; ``field`` must be a string, since every later error names it."""
+    if not isinstance(field, str):
+        raise R3WireError.make("field", "a string (the name errors give the stream)", field)
+    number = check_int(count, "count", minimum=0, maximum=_MAX_COUNT, error=DecodeError)
     width = _check_bits(bits, DecodeError)
-    out_dtype = np.dtype(dtype).newbyteorder("=")
+    expected = f"an integer dtype that holds {width}-bit ids"
+    if dtype is None:  # np.dtype(None) is float64: name what the caller passed, not that
+        raise R3WireError.make("dtype", expected, None)
+    try:
+        out_dtype = np.dtype(dtype).newbyteorder("=")
+    except Exception as exc:  # NumPy's parser raises TypeError, ValueError and others for what it cannot read
+        raise R3WireError.make("dtype", expected, f"{describe(dtype)} ({exc})", raw=True) from None
     if out_dtype.kind not in "iu" or out_dtype.itemsize * 8 - (out_dtype.kind == "i") < width:
-        raise R3WireError.make("dtype", f"an integer dtype that holds {width}-bit ids", str(out_dtype), raw=True)
-    return width, out_dtype
+        raise R3WireError.make("dtype", expected, str(out_dtype), raw=True)
+    return number, width, out_dtype
 
 
 def _unpack(
@@ -385,7 +466,7 @@ def _unpack(
     out_dtype: np.dtype[Any],
     field: str,
 ) -> np.ndarray[Any, Any]:
-    nbytes = packed_nbytes(count, bits)
+    nbytes = _nbytes(count, bits)
     if count <= _SMALL_COUNT:
         return _unpack_small(read(0, nbytes), count, bits, out_dtype, field)
     plan = _plan(bits)

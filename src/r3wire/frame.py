@@ -42,7 +42,7 @@ from r3wire._routecheck import (
     prepare_routes,
 )
 from r3wire._validate import optional_max_elements
-from r3wire.errors import DecodeError, EncodeError, UnsupportedVersionError
+from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.schema import (
     KEY_DATA,
     KEY_DTYPE,
@@ -315,7 +315,7 @@ def decode_routes_frame(
             agree with the frame's ``num_experts`` when that is declared.
         max_elements: refuse a frame declaring more ids than this, before touching the data; ``None`` means
             ``DEFAULT_MAX_ELEMENTS`` (2**30). Pass a larger int to raise it.
-        copy: always return a new writable array.
+        copy: a bool: always return a new writable array.
 
     Returns:
         A C-contiguous ``[rows, layers, top_k]`` array of uint8, int16 or int32, native byte order, aligned.
@@ -324,9 +324,12 @@ def decode_routes_frame(
         DecodeError: the frame is malformed, inconsistent, has trailing bytes or breaks a limit; the message
             names the field, what was expected and what was got.
         UnsupportedVersionError: the frame's version is one this release cannot read.
+        R3WireError: ``num_experts``, ``max_elements`` or ``copy`` is not a value it takes (named as the field).
     """
     expected_experts = optional_num_experts(num_experts)
     max_elements = optional_max_elements(max_elements)
+    if not isinstance(copy, (bool, np.bool_)):  # a truthy string ("no") would copy, a falsy 0 or None would not
+        raise R3WireError.make("copy", "a bool", copy)
     raw = _bytes_of(buffer)
     if raw[:4].tobytes() != FRAME_MAGIC:
         raise DecodeError.make("magic", f"{FRAME_MAGIC!r} (an r3wire routes frame)", raw[:4].tobytes())

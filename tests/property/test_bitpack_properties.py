@@ -19,7 +19,15 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from bitref import pack_reference, unpack_reference
-from r3wire import EncodeError, bitpack, decode_routes, decode_routes_frame, encode_routes, encode_routes_frame
+from r3wire import (
+    EncodeError,
+    R3WireError,
+    bitpack,
+    decode_routes,
+    decode_routes_frame,
+    encode_routes,
+    encode_routes_frame,
+)
 from r3wire import frame as frame_module
 from r3wire._base64 import b64decode_range, check_canonical
 from r3wire.bitpack import MAX_BITS, pack_bits, unpack_bits, unpack_bits_from
@@ -257,3 +265,166 @@ def test_packed_envelope_decodes_range_by_range(bits: int, chunk: int, data: Any
     finally:
         bitpack._SMALL_COUNT, bitpack._CHUNK_GROUPS = defaults  # type: ignore[misc]
     assert back.tolist() == ids
+
+
+def _read_only(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    array.flags.writeable = False
+    return array
+
+
+# Arguments of every kind a caller outside the type checker can pass: each public bitpack function either returns
+# the right result for them or raises R3WireError naming the argument, never another exception (issue: TypeError,
+# ValueError and BufferError from count, buffer, dtype and read; packed_nbytes(2.5, 3) returned 1.0).
+ANY_VALUE = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
+    st.text(max_size=6),
+    st.binary(max_size=8),
+    st.lists(st.integers(-1, 600), max_size=4),
+    st.sampled_from(
+        [
+            np.int64(3),
+            np.uint16(600),
+            np.int8(-1),
+            np.bool_(True),
+            np.float64(3.0),
+            np.int16,
+            float,
+            object(),
+            memoryview(bytes(8))[::2],
+            *map(
+                _read_only,  # shared by every example: none may write into it (a float32 out of 12 bytes would)
+                [
+                    np.zeros(4, dtype=object),
+                    np.zeros(8, dtype=np.uint8)[::2],
+                    np.zeros((2, 3), dtype=np.uint8, order="F"),
+                    np.zeros(3, dtype=np.float32),
+                ],
+            ),
+        ]
+    ),
+)
+REPLACE = st.sampled_from([False, False, True])  # each argument replaced in a third of the examples
+
+
+def or_any(valid: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """``valid`` in two thirds of the examples, anything at all in the rest (st.one_of would weigh each of
+    ANY_VALUE's many branches as much as ``valid``)."""
+    return REPLACE.flatmap(lambda replace: ANY_VALUE if replace else valid)
+
+
+DTYPE_VALUES = st.one_of(
+    or_any(st.sampled_from(["u1", "i2", "<i2", ">i4", "u4", "<i8", ">u8", np.int16, np.uint32, np.dtype(">i4")])),
+    st.sampled_from(["f4", "O", "M8", "V3", "S2", "i4,", "foo", {"names": 1}, [("a", "i4")], [("a", "i4")] * 2]),
+)
+
+
+def _bytes_of(buffer: Any) -> bytes:
+    return buffer.tobytes() if isinstance(buffer, np.ndarray) else bytes(memoryview(buffer))
+
+
+def _argument_outcome(call: Any) -> Any:
+    """``call()``'s result, or None when it raised R3WireError with a message and a string field."""
+    error: R3WireError | None = None
+    try:
+        return call()
+    except R3WireError as exc:
+        error = exc
+    assert str(error)
+    assert isinstance(error.field, str)
+    return None
+
+
+@st.composite
+def streams(draw: st.DrawFn) -> tuple[Any, Any, Any]:
+    """(buffer, count, bits): a valid stream in some bytes-like form, or any of its three parts replaced."""
+    bits = draw(st.integers(1, MAX_BITS))
+    ids = draw(st.lists(st.integers(0, (1 << bits) - 1), max_size=30))
+    stream = pack_reference(ids, bits)
+    forms = [stream, bytearray(stream), memoryview(stream), np.frombuffer(stream, np.uint8)]
+    if len(stream) % 2 == 0:
+        forms.append(np.frombuffer(stream, ">i2").reshape(-1, 1))  # any C-contiguous array is read as its bytes
+    buffer: Any = draw(st.sampled_from(forms))
+    count: Any = len(ids)
+    width: Any = bits
+    if draw(REPLACE, label="replace the buffer"):
+        buffer = draw(st.one_of(st.binary(max_size=40), ANY_VALUE))
+    if draw(REPLACE, label="replace count"):
+        count = draw(st.one_of(st.integers(-3, 2**62), ANY_VALUE))
+    if draw(REPLACE, label="replace bits"):
+        width = draw(ANY_VALUE)
+    return buffer, count, width
+
+
+@given(streams(), DTYPE_VALUES, or_any(st.just("data")))
+def test_unpack_bits_gives_the_ids_or_an_r3wire_error(case: tuple[Any, Any, Any], dtype: Any, field: Any) -> None:
+    buffer, count, bits = case
+    result = _argument_outcome(lambda: unpack_bits(buffer, count, bits, dtype, field=field))
+    if result is not None:
+        assert result.dtype == np.dtype(dtype).newbyteorder("=")
+        assert result.tolist() == unpack_reference(_bytes_of(buffer), int(count), int(bits))
+
+
+@given(streams(), DTYPE_VALUES, st.data())
+def test_unpack_bits_from_gives_the_ids_or_an_r3wire_error(case: tuple[Any, Any, Any], dtype: Any, data: Any) -> None:
+    buffer, count, bits = case
+    if isinstance(count, int) and count > 10**6:
+        count = data.draw(st.integers(10**6 - 8, 10**6))  # the output is allocated before the first read
+    kind = data.draw(st.sampled_from(["honest", "constant", "not callable"]))
+    read: Any
+    if kind == "honest":  # the ranges of buffer's bytes: short past its end
+        source = _bytes_of(buffer) if isinstance(buffer, (bytes, bytearray, memoryview, np.ndarray)) else b""
+        read = functools.partial(lambda whole, start, stop: whole[start:stop], source)
+    elif kind == "constant":
+        value = data.draw(st.one_of(st.binary(max_size=40), ANY_VALUE))
+        read = functools.partial(lambda value, start, stop: value, value)
+    else:
+        read = data.draw(ANY_VALUE)
+    result = _argument_outcome(lambda: unpack_bits_from(read, count, bits, dtype))
+    if result is not None:
+        whole = read(0, bitpack.packed_nbytes(count, bits))
+        assert result.tolist() == unpack_reference(_bytes_of(whole), int(count), int(bits))
+
+
+@given(or_any(st.one_of(st.integers(-3, 1000), st.integers(-3, 2**62))), or_any(st.integers(-1, 33)))
+def test_packed_nbytes_gives_the_size_or_an_r3wire_error(count: Any, bits: Any) -> None:
+    result = _argument_outcome(lambda: bitpack.packed_nbytes(count, bits))
+    if result is not None:
+        assert type(result) is int
+        assert result == -(-int(count) * int(bits) // 8)
+
+
+@st.composite
+def pack_arguments(draw: st.DrawFn) -> dict[str, Any]:
+    """pack_bits' arguments: each valid (ids in or out of range, any integer dtype) or anything at all."""
+    bits = draw(st.integers(1, MAX_BITS))
+    dtype = draw(st.sampled_from(SOURCE_DTYPES))
+    info = np.iinfo(np.dtype(dtype))
+    values = st.one_of(st.integers(0, min((1 << bits) - 1, int(info.max))), st.integers(int(info.min), int(info.max)))
+    ids: Any = np.array(draw(st.lists(values, max_size=20)), dtype=dtype)
+    arguments: dict[str, Any] = {"ids": ids, "bits": bits}
+    if draw(REPLACE, label="replace ids"):
+        arguments["ids"] = draw(st.one_of(ANY_VALUE, st.just(ids.astype(np.float64))))
+    if draw(REPLACE, label="replace bits"):
+        arguments["bits"] = draw(ANY_VALUE)
+    arguments["checked"] = draw(or_any(st.booleans()))
+    arguments["below"] = draw(or_any(st.one_of(st.none(), st.integers(-1, 2**31 + 1))))
+    size = (ids.size * bits + 7) // 8
+    out = st.sampled_from([None, np.full(size, 0xA5, np.uint8), np.zeros(size + 1, np.uint8), np.zeros(size, object)])
+    arguments["out"] = draw(or_any(out))
+    return arguments
+
+
+@given(pack_arguments())
+def test_pack_bits_gives_the_stream_or_an_r3wire_error(arguments: dict[str, Any]) -> None:
+    result = _argument_outcome(lambda: pack_bits(**arguments))
+    if result is None:
+        return
+    ids, bits, below = arguments["ids"], int(arguments["bits"]), arguments["below"]
+    top = min(1 << bits, 1 << 62 if below is None else int(below))
+    fits = all(0 <= i < top for i in ids.reshape(-1).tolist())
+    assert fits or arguments["checked"]  # out-of-range ids are refused unless the caller vouched for them
+    if fits:
+        assert result.tobytes() == pack_reference(ids.reshape(-1).tolist(), bits)
