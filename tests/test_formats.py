@@ -302,6 +302,16 @@ def test_other_formats_refuse_a_partial_mask(name: str) -> None:
     assert info.value.field == "mask"
 
 
+@pytest.mark.parametrize("name", [n for n in FORMATS if not n.startswith("fireworks")])
+def test_other_formats_refuse_a_sequence_length_they_would_drop(name: str) -> None:
+    routes = _routes()
+    start = 2 if FORMATS[name].carries_start else 0
+    written = write(routes, name, start=start, total_tokens=start + len(routes))  # nothing past the rows: kept
+    assert np.array_equal(read(written, name, **SHAPE).routes, routes)
+    with pytest.raises(EncodeError, match=rf"^total_tokens must be None or start \+ rows = {start + len(routes)}"):
+        write(routes, name, start=start, total_tokens=start + len(routes) + 1)
+
+
 def test_mask_must_be_one_bool_per_row() -> None:
     with pytest.raises(EncodeError, match="mask"):
         write(_routes(), "nemo-rl", mask=np.ones(5, dtype=bool))

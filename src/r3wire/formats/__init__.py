@@ -670,6 +670,7 @@ def write(
             a BITMAP, fireworks-matrices ``null``; nemo-rl writes those rows as -1 (missing route); other formats
             accept only an all-true mask.
         total_tokens: fireworks SUFFIX and per-token matrices: the sequence length (default ``start + rows``).
+            Other formats carry none, so only ``None`` or ``start + rows`` is accepted there.
             For the Fireworks formats ``start``, ``total_tokens`` and ``start + rows`` are at most 2**32 - 1 (u32
             in r3/v1; the per-token matrices list is held to the same bound); elsewhere ``start`` is an int64.
         dtype: the element type to write, if the format allows a choice; by default each format's own rule.
@@ -684,8 +685,8 @@ def write(
 
     Raises:
         EncodeError: the routes cannot be represented exactly in the format (negative or too large ids, a
-            nonzero ``start`` or a partial ``mask`` the format cannot carry, a dtype too narrow, a ``start`` or
-            ``total_tokens`` beyond the format's token count).
+            nonzero ``start``, a partial ``mask`` or a ``total_tokens`` the format cannot carry, a dtype too
+            narrow, a ``start`` or ``total_tokens`` beyond the format's token count).
         R3WireError: an unknown format, or ``pack_bits`` not a bool.
         ImportError: fireworks-r3v1 and fireworks-trace without the ``zstd`` extra.
     """
@@ -725,6 +726,14 @@ def write(
             )  # fmt: skip
         if name not in _MASKED:
             mask_array = None
+        if total_tokens is not None and total_tokens != (start or 0) + rows:
+            # The tokens past the last row would be dropped without a word.
+            raise EncodeError.make(
+                "total_tokens",
+                f"None or start + rows = {(start or 0) + rows} ({name} carries no sequence length; the Fireworks "
+                "formats do)",
+                total_tokens,
+            )
     opts = WriteOptions(
         start=start,
         mask=mask_array,
