@@ -251,6 +251,7 @@ class _Writer:
         "clamp",
         "clamped",
         "logprobs_keys",
+        "non_str_keys",
         "nonce",
         "num_experts",
         "option",
@@ -278,6 +279,7 @@ class _Writer:
         self.clamp = clamp
         self.splice = splice
         self.option = option or 0
+        self.non_str_keys = bool(self.option & orjson.OPT_NON_STR_KEYS)  # checked per dict: a bool, not a mask
         # A placeholder must not occur anywhere else in the output; a random nonce per call makes that
         # impossible to arrange, and _segments checks it anyway. Made with the first blob: small documents have none.
         self.nonce = ""
@@ -346,8 +348,10 @@ class _Writer:
         return self._dict(members)
 
     def _dict(self, mapping: dict[Any, Any]) -> dict[Any, Any]:
-        schema = _json_name(mapping.get(KEY_SCHEMA))
-        if self.option & orjson.OPT_NON_STR_KEYS and any(type(key) is not str for key in mapping):
+        schema = mapping.get(KEY_SCHEMA)
+        if schema is not None:
+            schema = _json_name(schema)
+        if self.non_str_keys and any(type(key) is not str for key in mapping):
             # orjson writes an enum key as its value: {Key.schema: ...} has a "schema" member too
             named = [item for key, item in mapping.items() if _json_name(key) == KEY_SCHEMA]
             schema = next((n for n in map(_json_name, named) if n in _SCHEMAS), schema)
@@ -365,10 +369,11 @@ class _Writer:
         routes_keys = self.routes_keys
         logprobs_keys = self.logprobs_keys
         path = self.path
+        isfinite = math.isfinite
         for key, item in mapping.items():
             cls = type(item)
-            if cls is str or cls is int or cls is bool or item is None:
-                continue
+            if cls is str or cls is int or cls is bool or item is None or (cls is float and isfinite(item)):
+                continue  # the common leaves, checked here: a call per leaf was most of a large document's cost
             kind = _ROUTES if key in routes_keys else _LOGPROBS if key in logprobs_keys else _PLAIN
             path.append(key)
             new = self.value(item, kind)
@@ -384,9 +389,10 @@ class _Writer:
             return items
         out: list[Any] | None = None
         path = self.path
+        isfinite = math.isfinite
         for index, item in enumerate(items):
             cls = type(item)
-            if cls is str or cls is int or cls is bool or item is None:
+            if cls is str or cls is int or cls is bool or item is None or (cls is float and isfinite(item)):
                 continue
             path.append(index)
             new = self.value(item, _PLAIN)
