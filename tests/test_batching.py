@@ -1169,3 +1169,52 @@ def test_negative_token_ids_are_refused() -> None:
             call()
         assert info.value.field == "token_ids[1]"
         assert "non-negative token id" in str(info.value)
+
+
+# --- review 13: arguments and messages --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [np.array(["left", "right"]), np.array(["keep"]), np.array(["arange", "x"])])
+def test_array_valued_choices_are_refused_by_name(value: Array) -> None:
+    # `value in ("left", "right")` asks NumPy for the truth of an array: a ValueError of its own for two
+    # elements, and a one-element array was accepted as if it were the string.
+    sample = _routes(1)
+    calls: list[tuple[str, Callable[[], object]]] = [
+        ("side", lambda: pad_routes([sample], side=value)),  # type: ignore[arg-type]
+        ("side", lambda: pad_sequences([np.arange(3)], side=value)),  # type: ignore[arg-type]
+        ("fill", lambda: pad_routes([sample], fill=value)),  # type: ignore[arg-type]
+        ("on_conflict", lambda: RouteTrace().add(sample, start=0, on_conflict=value)),  # type: ignore[arg-type]
+    ]
+    for field, call in calls:
+        with pytest.raises(R3WireError) as info:
+            call()
+        assert info.value.field == field
+
+
+def test_messages_name_what_the_caller_passed() -> None:
+    cases: list[tuple[Callable[[], object], str, str]] = [
+        (
+            lambda: pad_routes([_routes(1, dtype=np.int16)], num_experts=1000, out=np.zeros((1, 1, 3, 2), ">i2")),
+            "out.dtype",
+            "out.dtype must be int16 in native byte order (the batch dtype), got int16 in big-endian byte order",
+        ),
+        (
+            lambda: pad_sequences([np.ones(2)], offsets=[1], token_lengths=[2]),
+            "token_lengths[0]",
+            "the 3 positions (offset + values) of values[0] (a sample's values lie within",
+        ),
+        (lambda: pad_sequences([np.ones(2)], token_lengths=[1]), "token_lengths[0]", "the 2 values of values[0]"),
+        (lambda: pad_routes([_routes(1)], token_lengths=[2, 3]), "token_lengths", "must be 1 integer (one length"),
+        (lambda: RouteTrace().finalize(), "trace", "at least one add() before finalize()"),
+        (lambda: RouteTrace().finalize(total_tokens=5), "trace", "at least one add() before finalize()"),
+        (
+            lambda: RouteTrace(num_experts=3).add(np.zeros((1, 1, 4), np.uint8), start=0),
+            "routes.shape[2]",
+            "a router picks top_k distinct experts",
+        ),
+    ]
+    for call, field, text in cases:
+        with pytest.raises(R3WireError) as info:
+            call()
+        assert info.value.field == field
+        assert text in str(info.value)

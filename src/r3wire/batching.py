@@ -61,6 +61,11 @@ def _fail(field: str, expected: str, got: object, *, raw: bool = True) -> R3Wire
     return R3WireError.make(field, expected, got, raw=raw)
 
 
+def _choice(value: object, choices: tuple[str, ...]) -> bool:
+    """Whether ``value`` is one of ``choices``: a str first, so an array's ``==`` (ambiguous truth) never runs."""
+    return isinstance(value, str) and value in choices
+
+
 def _native(dtype: np.dtype[Any]) -> np.dtype[Any]:
     native: np.dtype[Any] = dtype.newbyteorder("=")
     return native
@@ -148,12 +153,14 @@ def _id_limit(dtype: np.dtype[Any], n_experts: int | None) -> int:
     return _int_bounds(dtype)[1] if n_experts is None else n_experts - 1
 
 
-def _check_filler(top_k: int, dtype: np.dtype[Any], n_experts: int | None, field: str) -> None:
+def _check_filler(top_k: int, dtype: np.dtype[Any], n_experts: int | None, field: str, *, trace: bool = False) -> None:
     # Padding rows hold top_k distinct ids (0 .. top_k - 1 for "arange"): they must be valid ids of the batch.
+    # A trace pads nothing: there the same bound holds because a router picks top_k distinct experts.
     limit = _id_limit(dtype, n_experts)
     if top_k - 1 > limit:
         what = f"num_experts={n_experts}" if n_experts is not None else f"the batch dtype {dtype.name}"
-        raise _fail(field, f"top_k <= {limit + 1} (padding rows hold top_k distinct ids; {what})", top_k)
+        why = "a router picks top_k distinct experts" if trace else "padding rows hold top_k distinct ids"
+        raise _fail(field, f"top_k <= {limit + 1} ({why}; {what})", top_k)
 
 
 def _where(field: str, index: Sequence[int]) -> str:
@@ -216,7 +223,7 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
     else:
         raise _fail(field, f"a sequence of integers, {what}", type(value).__name__)
     if len(values) != count:
-        raise _fail(field, f"{count} integers ({what})", f"{len(values)}")
+        raise _fail(field, f"{count} {'integer' if count == 1 else 'integers'} ({what})", f"{len(values)}")
     # The common case, plain ints in range, is checked in two passes instead of one check_int call per sample.
     if set(map(type, values)) <= {int}:
         plain: list[int] = list(values)  # type: ignore[arg-type]  # every item is an int, checked above
@@ -230,8 +237,17 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
     return result
 
 
-def _token_lengths(token_lengths: object, rows: Sequence[int], offsets: Sequence[int] | None = None) -> list[int]:
-    """Each sample's token count: given, or its rows (plus its offset); never fewer than offset + rows."""
+def _token_lengths(
+    token_lengths: object,
+    rows: Sequence[int],
+    offsets: Sequence[int] | None = None,
+    *,
+    samples: str = "samples",
+) -> list[int]:
+    """Each sample's token count: given, or its rows (plus its offset); never fewer than offset + rows.
+
+    ``samples`` is the caller's argument name (``"values"`` for :func:`pad_sequences`), so a message names it.
+    """
     starts = list(offsets) if offsets is not None else [0] * len(rows)
     if token_lengths is None:
         return [start + n for start, n in zip(starts, rows, strict=True)]
@@ -241,12 +257,12 @@ def _token_lengths(token_lengths: object, rows: Sequence[int], offsets: Sequence
         return lengths
     for i, (length, start, n_rows) in enumerate(zip(lengths, starts, rows, strict=True)):
         if length < start + n_rows:
-            what = "route rows" if offsets is None else "positions (offset + values)"
-            raise _fail(
-                f"token_lengths[{i}]",
-                f">= the {start + n_rows} {what} of samples[{i}] (rows may be fewer than tokens, never more)",
-                length,
-            )
+            if samples == "samples":
+                what, why = "route rows", "rows may be fewer than tokens, never more"
+            else:
+                what = "values" if offsets is None else "positions (offset + values)"
+                why = "a sample's values lie within its trajectory's tokens"
+            raise _fail(f"token_lengths[{i}]", f">= the {start + n_rows} {what} of {samples}[{i}] ({why})", length)
     return lengths
 
 
@@ -256,15 +272,17 @@ def _layout(
     offsets: Sequence[int] | None,
     side: object,
     max_len: object,
+    *,
+    samples: str = "samples",
 ) -> tuple[int, list[int]]:
     """The padded width and where each sample's first row lands: the one layout every padding helper shares.
 
     Trajectory ``i`` occupies ``token_lengths[i]`` positions, right-aligned for ``side="left"`` and left-aligned
     for ``"right"``; its rows start ``offsets[i]`` (default 0) positions into it.
     """
-    if side not in ("left", "right"):
+    if not _choice(side, ("left", "right")):
         raise _fail("side", "'left' or 'right'", describe(side))
-    lengths = _token_lengths(token_lengths, counts, offsets)
+    lengths = _token_lengths(token_lengths, counts, offsets, samples=samples)
     longest = max(lengths, default=0)
     if max_len is None:
         width = longest
@@ -272,7 +290,7 @@ def _layout(
         width = check_int(max_len, "max_len", minimum=0, maximum=MAX_DIM, error=R3WireError)
         if longest > width:
             i = lengths.index(longest)
-            raise _fail("max_len", f">= every token length (samples[{i}] has {longest})", width)
+            raise _fail("max_len", f">= every token length ({samples}[{i}] has {longest})", width)
     starts = list(offsets) if offsets is not None else [0] * len(counts)
     firsts = [(width - length if side == "left" else 0) + start for length, start in zip(lengths, starts, strict=True)]
     return width, firsts
@@ -379,7 +397,7 @@ def pad_routes(
     """
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
-    if fill not in ("arange", "balanced"):
+    if not _choice(fill, ("arange", "balanced")):
         raise _fail("fill", "'arange' or 'balanced'", describe(fill))
     if fill == "balanced" and n_experts is None:
         raise _fail("num_experts", "given with fill='balanced' (padding is spread over the experts)", "None")
@@ -492,6 +510,11 @@ def _output(
     if out.shape != shape:
         raise _fail("out.shape", f"{list(shape)} {layout}", f"{list(out.shape)}")
     if out.dtype != dtype:
+        if _native(out.dtype) == dtype:
+            # dtype.name ignores byte order: "must be int16, got >i2" would name the same type twice.
+            order = "big-endian" if out.dtype.byteorder == ">" else "little-endian"
+            got = f"{out.dtype.name} in {order} byte order ({out.dtype.str})"
+            raise _fail("out.dtype", f"{dtype.name} in native byte order (the batch dtype)", got)
         raise _fail("out.dtype", f"{dtype.name} (the batch dtype)", str(out.dtype))
     if not out.flags.writeable:
         raise _fail("out", "a writable array", "a read-only array")
@@ -634,7 +657,7 @@ def pad_sequences(
         longest = counts.index(max(counts))
         check_shape(list(arrays[longest].shape), f"values[{longest}].shape", ndim=None, error=R3WireError)
     starts = None if offsets is None else _int_list(offsets, "offsets", len(arrays), "one offset per sample")
-    width, firsts = _layout(counts, token_lengths, starts, side, max_len)
+    width, firsts = _layout(counts, token_lengths, starts, side, max_len, samples="values")
     rest: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
     if same is not None:
         dtype = _native(same[0].dtype)  # what _values_dtype gives for one dtype, without its per-sample loop
@@ -965,7 +988,7 @@ class RouteTrace:
             if type(start) is int and 0 <= start <= MAX_DIM
             else check_int(start, "start", minimum=0, maximum=MAX_DIM, error=R3WireError)
         )
-        if on_conflict is not None and on_conflict not in _CONFLICT_POLICIES:
+        if on_conflict is not None and not _choice(on_conflict, _CONFLICT_POLICIES):
             raise _fail("on_conflict", "'keep', 'replace', 'raise' or None", describe(on_conflict))
         tokens = None if token_ids is None else _as_tokens(token_ids, "token_ids")
         if self._verified is not None and (tokens is not None) != self._verified:
@@ -992,7 +1015,7 @@ class RouteTrace:
         if dtype is not None:
             if buf is None:
                 # Later calls share this top_k (checked above) and the fixed dtype: the filler check holds for them.
-                _check_filler(arr.shape[2], dtype, self._num_experts, "routes.shape[2]")
+                _check_filler(arr.shape[2], dtype, self._num_experts, "routes.shape[2]", trace=True)
             _check_range(arr, self._limit, "routes", expected=self._expected)
         else:
             dtype = self._dtype_with(arr)
@@ -1055,7 +1078,7 @@ class RouteTrace:
                 return False
         elif layers != buf.shape[1] or top_k != buf.shape[2]:
             return False
-        if on_conflict is not None and on_conflict not in _CONFLICT_POLICIES:
+        if on_conflict is not None and not _choice(on_conflict, _CONFLICT_POLICIES):
             return False
         per_row = layers * top_k
         end = start + n
@@ -1188,6 +1211,9 @@ class RouteTrace:
             R3WireError: nothing was added (the shape is unknown), ``total_tokens`` is missing on a trace without
                 token ids, or is smaller than the rows or the recorded token ids.
         """
+        if self._buf is None:
+            # First: without an add, no total_tokens could make this call valid.
+            raise _fail("trace", "at least one add() before finalize() (layers and top_k are unknown)", "none")
         if total_tokens is None:
             if self._tokens is None:
                 raise _fail("total_tokens", "given (this trace recorded no token ids)", "None")
@@ -1196,8 +1222,6 @@ class RouteTrace:
             tokens = total_tokens  # what check_int returns for a plain in-range int (never a bool: type is exact)
         else:
             tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=MAX_DIM, error=R3WireError)
-        if self._buf is None:
-            raise _fail("trace", "at least one add() before finalize() (layers and top_k are unknown)", "none")
         if tokens < max(self._rows, self._n_tokens):
             raise _fail(
                 "total_tokens",

@@ -479,9 +479,15 @@ def test_decoded_payloads_batch_or_raise_without_a_huge_allocation(shape: list[i
         assert peak < (1 << 20) + 4 * copies * count + 3 * LIMIT
 
 
-@given(JSON_VALUES, JSON_VALUES, JSON_VALUES, st.sampled_from(["token_ids", "on_conflict", "start"]))
+# Anything JSON can carry, and arrays of the choices' strings (whose `==` is an array, not a bool).
+ARGUMENTS = st.one_of(
+    JSON_VALUES, st.lists(st.sampled_from(["left", "right", "keep", "raise", "arange", "x"]), max_size=3).map(np.array)
+)
+
+
+@given(ARGUMENTS, ARGUMENTS, ARGUMENTS, st.sampled_from(["token_ids", "on_conflict", "start"]))
 def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, third: Any, which: str) -> None:
-    """Anything JSON can carry, as token ids, offsets, lengths, fill or a policy: accepted or R3WireError."""
+    """Anything JSON can carry, as token ids, offsets, lengths, fill, side or a policy: accepted or R3WireError."""
     trace = RouteTrace(num_experts=EXPERTS)
     routes = np.zeros((1, 1, 1), dtype=np.uint8)
     kwargs: dict[str, Any] = {"start": 0, "token_ids": [5, 6]}
@@ -493,6 +499,8 @@ def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, thi
         lambda: pad_sequences([np.zeros(2)], offsets=first, token_lengths=second, fill=third),
         lambda: pad_sequences(first, max_len=second),
         lambda: pad_routes([routes], token_lengths=first, max_len=second, fill=third),
+        lambda: pad_routes([routes], side=first, fill=second),
+        lambda: pad_sequences([np.zeros(2)], side=first),
         lambda: pack_routes([routes], max_elements=first),
         lambda: RouteTrace(max_elements=first),
     ]
