@@ -5,6 +5,7 @@ from __future__ import annotations
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -1160,9 +1161,11 @@ def test_negative_token_ids_are_refused() -> None:
     # A -1 or -100 is a padding / ignore index, never an engine's token: comparing it as a token would hide a
     # misaligned call.
     trace = RouteTrace()
+    recorded = RouteTrace()
+    recorded.add(_routes(2), start=0, token_ids=[5, 6, 7])
     calls: list[Callable[[], object]] = [
         lambda: trace.add(_routes(2), start=0, token_ids=[5, -100, 7]),
-        lambda: trace.common_prefix([5, -1]),
+        lambda: recorded.common_prefix([5, -1]),
     ]
     for call in calls:
         with pytest.raises(R3WireError) as info:
@@ -1218,3 +1221,67 @@ def test_messages_name_what_the_caller_passed() -> None:
             call()
         assert info.value.field == field
         assert text in str(info.value)
+
+
+# --- review 13: sizes before contents, and a failed add changes nothing -----------------------------------------
+
+
+def _peak(call: Callable[[], object]) -> tuple[object, int]:
+    """What ``call`` returned or raised, and the peak memory it traced."""
+    tracemalloc.start()
+    try:
+        try:
+            result: object = call()
+        except R3WireError as exc:
+            result = exc
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
+def test_trace_checks_sizes_before_reading_or_converting() -> None:
+    # A broadcast view declares any length in a few bytes: converting or reading it before the size check cost a
+    # MemoryError or seconds (review 13 #3). Here the limit is small, so "before" shows as a small peak.
+    long_tokens = np.broadcast_to(np.int32(5), (10**6,))
+    refused, peak = _peak(lambda: RouteTrace(max_elements=1000).add(_routes(1), start=0, token_ids=long_tokens))
+    assert isinstance(refused, R3WireError)
+    assert refused.field == "token_ids"
+    assert "max_elements=1000" in str(refused)
+    assert peak < 1 << 16
+    trace = RouteTrace()
+    trace.add(_routes(2), start=0, token_ids=[5, 5, 7])
+    answer, peak = _peak(lambda: trace.common_prefix(long_tokens))
+    assert answer == 2
+    assert peak < 1 << 16  # only the 3 tokens that can agree are converted
+    # Too many rows (or tokens) is the error, not what the first of them holds.
+    with pytest.raises(R3WireError) as info:
+        RouteTrace(max_elements=10).add(np.full((20, 1, 1), -1, np.int16), start=0)
+    assert info.value.field == "trace"
+    with pytest.raises(R3WireError) as info:
+        RouteTrace(max_elements=10).add(np.zeros((1, 1, 1), np.uint8), start=0, token_ids=[-1] * 11)
+    assert info.value.field == "token_ids"
+
+
+@pytest.mark.parametrize("failing", ["token_ids", "trace"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_failed_allocation_leaves_the_trace_unchanged(failing: str, fast: bool) -> None:
+    real = r3wire.batching._allocate
+
+    def allocate(shape: tuple[int, ...], dtype: Any, field: str) -> Array:
+        if field == failing:
+            raise R3WireError.make(field, "an array this process can allocate", f"{list(shape)} (MemoryError)")
+        return real(shape, dtype, field)
+
+    trace = RouteTrace(num_experts=16)
+    full = _routes(40, dtype=np.uint8)
+    tokens = np.arange(41, dtype=np.int64)
+    trace.add(full[:2], start=0, token_ids=tokens[:3])
+    before = (trace.rows, trace.token_ids.tolist() if trace.token_ids is not None else None, trace.conflicts)
+    routes: Any = full[2:40] if fast else full[2:40].astype(np.int64)  # the trace's dtype takes the fast path
+    with patch.object(r3wire.batching, "_allocate", allocate), pytest.raises(R3WireError) as info:
+        trace.add(routes, start=2, token_ids=tokens if fast else tokens.tolist())
+    assert info.value.field == failing
+    assert (trace.rows, trace.token_ids.tolist() if trace.token_ids is not None else None, trace.conflicts) == before
+    trace.add(routes, start=2, token_ids=tokens)
+    assert np.array_equal(trace.finalize()[0], full)

@@ -763,13 +763,21 @@ def unpack_routes(flat: Array, cu_seqlens: Any) -> list[Array]:
     return [flat[a:b] for a, b in pairwise(bounds)]
 
 
-def _as_tokens(value: object, field: str) -> Array:
-    """A call's token ids as a 1-d int64 array (compared exactly: no float or wrapped uint64 comparison)."""
+def _as_tokens(value: object, field: str, *, limit: int | None = None, prefix: int | None = None) -> Array:
+    """A call's token ids as a 1-d int64 array (compared exactly: no float or wrapped uint64 comparison).
+
+    Sizes are decided before anything is read or converted (a broadcast view may declare any length): more than
+    ``limit`` tokens are refused, and with ``prefix`` only the first ``prefix`` tokens are checked and returned.
+    """
     arr = as_numpy(value, field=field)
     if arr.ndim == 1 and arr.size == 0:
         return np.empty(0, dtype=np.int64)  # [] arrives as float64
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise _fail(field, "a 1-d sequence of integer token ids", f"{arr.dtype} {list(arr.shape)}")
+    if limit is not None:
+        check_element_count(arr.shape, limit, field)
+    if prefix is not None:
+        arr = arr[:prefix]
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > _INT64_MAX:
         position = int(np.argmax(arr > _INT64_MAX))
         raise _fail(f"{field}[{position}]", f"a token id <= {_INT64_MAX}", int(arr[position]))
@@ -910,12 +918,15 @@ class RouteTrace:
         """How many leading tokens of ``token_ids`` agree with the recorded ones.
 
         With :meth:`fork`, this is "longest matching prefix" branching: ``trace.fork(trace.common_prefix(ids))``
-        is the trace a call with ``ids`` may continue.
+        is the trace a call with ``ids`` may continue. Only the first :attr:`token_ids`-many tokens can agree, so
+        only they are converted and checked (a token past them never changes the answer).
 
         Raises:
-            R3WireError: ``token_ids`` is not a 1-d integer sequence, or the trace has rows but no token ids.
+            R3WireError: ``token_ids`` is not a 1-d integer sequence (or a compared token is negative), or the trace
+                has rows but no token ids.
         """
-        tokens = _as_tokens(token_ids, "token_ids")
+        # Only the tokens that can agree with recorded ones are read: a later one never changes the answer.
+        tokens = _as_tokens(token_ids, "token_ids", prefix=self._n_tokens)
         if self._tokens is None:
             if self._rows:
                 raise _fail("trace", "token ids recorded (pass token_ids to every add)", "rows without token ids")
@@ -990,7 +1001,7 @@ class RouteTrace:
         )
         if on_conflict is not None and not _choice(on_conflict, _CONFLICT_POLICIES):
             raise _fail("on_conflict", "'keep', 'replace', 'raise' or None", describe(on_conflict))
-        tokens = None if token_ids is None else _as_tokens(token_ids, "token_ids")
+        tokens = None if token_ids is None else _as_tokens(token_ids, "token_ids", limit=self._max_elements)
         if self._verified is not None and (tokens is not None) != self._verified:
             if self._verified:
                 raise _fail("token_ids", "the call's token ids (this trace verifies every call's tokens)", "None")
@@ -1009,6 +1020,8 @@ class RouteTrace:
                 begin,
             )
         end = begin + arr.shape[0]
+        # Sizes before contents: the token comparison and the range check below read what they are given.
+        check_element_count((max(end, self._rows), *arr.shape[1:]), self._max_elements, "trace")
         if tokens is not None:
             self._check_tokens(tokens, begin, end)
         dtype = self._fixed
@@ -1020,9 +1033,6 @@ class RouteTrace:
         else:
             dtype = self._dtype_with(arr)
             _check_range(arr, _id_limit(dtype, None), "routes", expected=_range_expected(dtype, None))
-        new_tokens = 0 if tokens is None else max(tokens.shape[0], self._n_tokens)
-        check_element_count((max(end, self._rows), *arr.shape[1:]), self._max_elements, "trace")
-        check_element_count((new_tokens,), self._max_elements, "token_ids")
         overlap = min(self._rows - begin, arr.shape[0])
         differing = None
         if buf is not None and overlap > 0:
@@ -1035,7 +1045,9 @@ class RouteTrace:
         if differing is not None and policy == "raise":
             assert buf is not None
             _check_overlap(buf[begin : begin + overlap], arr[:overlap], begin)
-        # Every check passed: from here on the trace changes.
+        # Every check passed. Both buffers are reserved before anything is recorded, so a failed allocation
+        # leaves the trace unchanged.
+        room = None if tokens is None else self._token_room(tokens.shape[0])
         buf = self._reserve(end, arr.shape[1:], dtype)
         if differing is not None:
             self._conflicts += int(np.count_nonzero(differing))
@@ -1047,8 +1059,9 @@ class RouteTrace:
         if end > self._rows:
             np.copyto(buf[self._rows : end], arr[overlap:], casting="unsafe")  # lossless: range-checked
             self._rows = end
-        if tokens is not None:
-            self._record_tokens(tokens)
+        if room is not None:
+            assert tokens is not None
+            self._record_tokens(tokens, room)
         self._verified = tokens is not None
 
     def _add_common(self, routes: object, start: object, token_ids: object, on_conflict: object) -> bool:
@@ -1097,7 +1110,7 @@ class RouteTrace:
                 tokens, unchecked = token_ids, True
             else:
                 # Routes, start and on_conflict are valid here: an error _as_tokens raises is add()'s first one too.
-                tokens, unchecked = _as_tokens(token_ids, "token_ids"), False
+                tokens, unchecked = _as_tokens(token_ids, "token_ids", limit=limit), False
             count = tokens.shape[0]
             recorded = self._n_tokens
             if end > count or max(count, recorded, 1) > limit:
@@ -1118,7 +1131,12 @@ class RouteTrace:
                 return False
             if dtype.kind == "i" and _MIN(new, None) < 0:
                 return False
-            # Every check passed: from here on the trace changes.
+        # Every check passed. Both buffers are reserved before anything is recorded, so a failed allocation
+        # leaves the trace unchanged.
+        room = self._tokens
+        if tokens is not None and (room is None or tokens.shape[0] > room.shape[0]):
+            room = self._token_room(tokens.shape[0])
+        if end > rows:
             if buf is None or end > buf.shape[0]:
                 buf = self._reserve(end, (layers, top_k), dtype)
             buf[rows:end] = new
@@ -1126,7 +1144,8 @@ class RouteTrace:
         elif buf is None:
             self._reserve(end, (layers, top_k), dtype)  # a first call of no rows still fixes layers and top_k
         if tokens is not None:
-            self._record_tokens(tokens)
+            assert room is not None
+            self._record_tokens(tokens, room)
         self._verified = tokens is not None
         return True
 
@@ -1174,21 +1193,27 @@ class RouteTrace:
         self._shared = False
         return grown
 
-    def _record_tokens(self, tokens: Array) -> None:
+    def _token_room(self, count: int) -> Array:
+        """A token buffer holding the recorded tokens with room for ``count``; the trace is not changed yet."""
+        current = self._tokens
+        if current is not None and count <= current.shape[0]:
+            return current
+        held = 0 if current is None else current.shape[0]
+        capacity = max(count, 2 * held)
+        if self._max_elements is not None:
+            capacity = max(count, min(capacity, self._max_elements))
+        grown = _allocate((capacity,), np.int64, "token_ids")
+        if current is not None:
+            grown[: self._n_tokens] = current[: self._n_tokens]
+        return grown
+
+    def _record_tokens(self, tokens: Array, room: Array) -> None:
+        """Record ``tokens`` into ``room`` (from :meth:`_token_room`); an empty ``tokens`` still marks the trace."""
+        self._tokens = room
         count = tokens.shape[0]
-        if self._tokens is None:
-            self._tokens = np.empty(0, dtype=np.int64)  # recorded, if empty: the trace now verifies tokens
-        if count <= self._n_tokens:
-            return
-        if count > self._tokens.shape[0]:
-            capacity = max(count, 2 * self._tokens.shape[0])
-            if self._max_elements is not None:
-                capacity = max(count, min(capacity, self._max_elements))
-            grown = _allocate((capacity,), np.int64, "token_ids")
-            grown[: self._n_tokens] = self._tokens[: self._n_tokens]
-            self._tokens = grown
-        self._tokens[self._n_tokens : count] = tokens[self._n_tokens :]
-        self._n_tokens = count
+        if count > self._n_tokens:
+            room[self._n_tokens : count] = tokens[self._n_tokens :]
+            self._n_tokens = count
 
     def finalize(self, total_tokens: int | None = None) -> tuple[Array, int]:
         """The trajectory's captured rows and their count, checked against its token count.

@@ -288,13 +288,25 @@ def _refused(
     return info.value.field
 
 
+def _allocations_failing(field: str) -> Any:
+    """A patch under which every buffer batching allocates for ``field`` fails, as an exhausted memory would."""
+    real = batching._allocate
+
+    def allocate(shape: tuple[int, ...], dtype: Any, name: str) -> Array:
+        if name == field:
+            raise R3WireError.make(name, "an array this process can allocate", "MemoryError")
+        return real(shape, dtype, name)
+
+    return patch.object(batching, "_allocate", allocate)
+
+
 @given(LAYERS_TOP_K, st.data())
 def test_random_multi_turn_trajectories_stitch_like_the_reference(
     row_shape: tuple[int, int], data: st.DataObject
 ) -> None:
     trace, reference = RouteTrace(num_experts=EXPERTS), _Reference()
     for _ in range(data.draw(st.integers(1, 10), label="calls")):
-        op = data.draw(st.sampled_from(["call", "call", "call", "fork", "mismatch", "gap", "overflow"]))
+        op = data.draw(st.sampled_from(["call", "call", "call", "fork", "mismatch", "gap", "overflow", "no memory"]))
         if op == "call":
             # The call's tokens agree with the recorded ones on their common length: a longer conversation, or a
             # re-scored prefix of it.
@@ -342,6 +354,29 @@ def test_random_multi_turn_trajectories_stitch_like_the_reference(
             assert (
                 _refused(trace, reference, routes=routes, start=start, tokens=tokens, row_shape=row_shape) == "routes"
             )
+        elif op == "no memory":
+            # A valid call whose row or token buffer cannot grow (a memory-limited container): refused, and the
+            # trace is as it was; in the trace's dtype with int64 tokens it takes the fast path.
+            tokens = reference.tokens + data.draw(st.lists(TOKENS, max_size=6))
+            start = data.draw(st.integers(0, min(len(reference.rows), len(tokens))))
+            end = data.draw(st.integers(start, len(tokens)))
+            routes = _call_routes(data, reference, start, end, row_shape)
+            fast = data.draw(st.booleans())
+            failing = data.draw(st.sampled_from(["trace", "token_ids"]))
+            refused = None
+            try:
+                with _allocations_failing(failing):
+                    trace.add(
+                        routes.astype(np.uint8) if fast else routes,
+                        start=start,
+                        token_ids=np.array(tokens, dtype=np.int64) if fast else tokens,
+                    )
+            except R3WireError as exc:
+                refused = exc.field
+            if refused is None:
+                reference.add(routes, start, tokens, None)
+            else:
+                assert refused == failing
         _assert_same(trace, reference, row_shape)
 
 
