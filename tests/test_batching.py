@@ -1285,3 +1285,25 @@ def test_a_failed_allocation_leaves_the_trace_unchanged(failing: str, fast: bool
     assert (trace.rows, trace.token_ids.tolist() if trace.token_ids is not None else None, trace.conflicts) == before
     trace.add(routes, start=2, token_ids=tokens)
     assert np.array_equal(trace.finalize()[0], full)
+
+
+def test_out_overlapping_an_input_is_refused() -> None:
+    # Re-padding last step's buffer with samples that are views of it: one pass wrote out[0] before reading
+    # samples[1] from it, and the result was silently wrong (review 13 #5).
+    out = np.arange(12, dtype=np.uint8).reshape(2, 3, 1, 2) % 16
+    before = out.copy()
+    with pytest.raises(R3WireError) as info:
+        pad_routes([out[1], out[0]], num_experts=16, out=out)
+    assert info.value.field == "out"
+    assert "samples[0]" in str(info.value)
+    assert np.array_equal(out, before)  # refused before anything was written
+    buf = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    with pytest.raises(R3WireError) as info:
+        pad_sequences([np.array([9.0, 9.0]), buf[0]], token_lengths=[3, 3], out=buf)
+    assert info.value.field == "out"
+    assert "values[1]" in str(info.value)
+    # Copies are fine, and so is a buffer next to the samples.
+    padded, _ = pad_routes([out[1].copy(), out[0].copy()], num_experts=16, out=out)
+    assert np.array_equal(padded, before[::-1])
+    pool = np.zeros(6)
+    assert pad_sequences([pool[:3]], out=pool[3:].reshape(1, 3))[0].tolist() == [[0.0, 0.0, 0.0]]

@@ -373,7 +373,9 @@ def pad_routes(
         max_len: the padded length (e.g. the token batch's sequence length); default the longest token length.
         check: also run :func:`validate_routes`' costlier rule: ids distinct within each row.
         out: a writable array of exactly the output shape and batch dtype to fill instead of allocating one
-            (a reused or pinned buffer). Its contents are unspecified if an error is raised.
+            (a reused or pinned buffer), sharing no memory with any sample (the output is written in one pass;
+            memory bounds are compared, so a sample inside ``out``'s address range is refused). Its contents are
+            unspecified if an error is raised.
         fill: what padding rows hold. ``"arange"``: ``0 .. top_k - 1`` in every row and layer. ``"balanced"``
             (needs ``num_experts``): the batch's padding rows, numbered in order (sample by sample, position by
             position), take consecutive ids modulo ``num_experts`` (row ``g`` holds ``(g * top_k + j) %
@@ -393,7 +395,7 @@ def pad_routes(
             a length exceeds ``max_len``, the output exceeds ``max_elements``, an id is negative, does not fit
             the batch dtype or is ``>= num_experts`` (the message names sample, row, layer and slot), ids repeat
             within a row (``check=True``), ``fill`` is unknown or ``"balanced"`` without ``num_experts``, or
-            ``out`` does not match.
+            ``out`` does not match or may share memory with a sample.
     """
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
@@ -409,7 +411,7 @@ def pad_routes(
         _check_filler(top_k, dtype, n_experts, "samples[0].shape[2]")
     shape = (len(arrays), width, layers, top_k)
     _bounded(shape, max_elements, "padded")
-    padded = _output(out, shape, dtype)
+    padded = _output(out, shape, dtype, arrays)
     mask = np.ones((len(arrays), width), dtype=np.bool_)
     longest_run = max((max(first, width - first - n) for first, n in zip(firsts, rows, strict=True)), default=0)
     filler = _Filler(fill, longest_run=longest_run, layers=layers, top_k=top_k, dtype=dtype, n_experts=n_experts)
@@ -501,7 +503,13 @@ def _padding_rows(count: int, layers: int, top_k: int, dtype: np.dtype[Any]) -> 
 
 
 def _output(
-    out: object, shape: tuple[int, ...], dtype: np.dtype[Any], layout: str = "[batch, max_len, layers, top_k]"
+    out: object,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    inputs: Sequence[Array],
+    *,
+    field: str = "samples",
+    layout: str = "[batch, max_len, layers, top_k]",
 ) -> Array:
     if out is None:
         return _allocate(shape, dtype, "padded")
@@ -518,6 +526,16 @@ def _output(
         raise _fail("out.dtype", f"{dtype.name} (the batch dtype)", str(out.dtype))
     if not out.flags.writeable:
         raise _fail("out", "a writable array", "a read-only array")
+    for i, arr in enumerate(inputs):
+        # One pass writes sample i's cells before it reads sample j: a sample inside out would be read after
+        # being overwritten. The default max_work compares address bounds only (O(1) per sample, never a scan),
+        # so a strided sample that interleaves with out without touching its elements is refused as well.
+        if np.may_share_memory(out, arr):
+            raise _fail(
+                "out",
+                f"an array sharing no memory with {field} (one pass would overwrite a sample before reading it)",
+                f"an array whose memory may overlap {field}[{i}]",
+            )
     return out
 
 
@@ -624,7 +642,8 @@ def pad_sequences(
             ``offsets[i] + n_i``.
         side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
         fill: what every cell outside the values holds; must be exactly representable in the output dtype.
-        out: a writable array of exactly the output shape and dtype to fill instead of allocating one.
+        out: a writable array of exactly the output shape and dtype to fill instead of allocating one, sharing
+            no memory with any sample (as for :func:`pad_routes`).
         offsets: the trajectory position of each sample's first value (default 0).
         max_len: the padded length; default the longest token length.
         max_elements: the largest ``padded`` (in elements) to allocate; ``None`` is the decoders' default limit.
@@ -638,7 +657,8 @@ def pad_sequences(
     Raises:
         R3WireError: a sample is not an array of a bool, integer or float dtype with a token axis, samples differ
             in ``rest`` or in kind, a length, offset or ``max_len`` is inconsistent, the output exceeds
-            ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match.
+            ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match or may share memory
+            with a sample.
     """
     same = _same_vectors(values)
     arrays = same
@@ -670,7 +690,7 @@ def pad_sequences(
     scalar = _fill_value(fill, dtype)
     shape = (len(arrays), width, *rest)
     _bounded(shape, max_elements, "padded")
-    padded = _output(out, shape, dtype, "[batch, max_len, *rest]")
+    padded = _output(out, shape, dtype, arrays, field="values", layout="[batch, max_len, *rest]")
     mask = np.ones((len(arrays), width), dtype=np.bool_)
     # Per-token arrays are short: this loop's per-sample overhead, not the bytes, is what costs (kept minimal).
     for row, row_mask, arr, start, count in zip(padded, mask, arrays, firsts, counts, strict=True):

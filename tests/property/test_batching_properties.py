@@ -751,3 +751,31 @@ def test_large_overlaps_are_compared_exactly(dtype: str, extra: int, layout: str
     trace.add(recorded, start=0)
     trace.add(call, start=0, on_conflict="keep")
     assert trace.conflicts == 1
+
+
+@given(st.integers(1, 4), st.integers(1, 5), st.data())
+def test_out_that_shares_memory_with_a_sample_is_refused_never_half_read(
+    batch: int, width: int, data: st.DataObject
+) -> None:
+    """Samples cut from ``out`` itself (a reused buffer): refused, or (no sample inside out) padded exactly."""
+    out = data.draw(hnp.arrays(np.int64, (batch, width), elements=st.integers(0, 9)))
+    values: list[Array] = []
+    for _ in range(batch):
+        row, stop = data.draw(st.integers(0, batch - 1)), data.draw(st.integers(0, width))
+        values.append(out[row, :stop] if data.draw(st.booleans()) else out[row, :stop].copy())
+    copies = [v.copy() for v in values]
+    expected, expected_mask = pad_sequences(copies, max_len=width, fill=-1)
+    if any(np.shares_memory(v, out) for v in values):
+        with pytest.raises(R3WireError) as info:
+            pad_sequences(values, max_len=width, fill=-1, out=out)
+        assert info.value.field == "out"
+    else:
+        padded, mask = pad_sequences(values, max_len=width, fill=-1, out=out)
+        assert np.array_equal(padded, expected)
+        assert np.array_equal(mask, expected_mask)
+    routes_out = np.zeros((batch, width, 1, 1), dtype=np.uint8)
+    # A sample with no rows reads nothing: it may be an empty view of out.
+    samples = [routes_out[i % batch, : data.draw(st.integers(1, width))] for i in range(batch)]
+    with pytest.raises(R3WireError) as info:
+        pad_routes(samples, max_len=width, out=routes_out, num_experts=16)
+    assert info.value.field == "out"
