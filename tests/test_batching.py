@@ -1307,3 +1307,76 @@ def test_out_overlapping_an_input_is_refused() -> None:
     assert np.array_equal(padded, before[::-1])
     pool = np.zeros(6)
     assert pad_sequences([pool[:3]], out=pool[3:].reshape(1, 3))[0].tolist() == [[0.0, 0.0, 0.0]]
+
+
+# --- review 13: what nested lists and array subclasses become ---------------------------------------------------
+
+
+def test_an_empty_list_sample_takes_the_batch_kind() -> None:
+    # np.asarray([]) is float64: a trajectory with no values was refused for a float dtype nobody passed.
+    padded, mask = pad_sequences([[11, 12, 13], []])
+    assert padded.dtype == np.int64
+    assert padded.tolist() == [[11, 12, 13], [0, 0, 0]]
+    assert mask[1].all()
+    assert pad_sequences([[True, False], []])[0].dtype == np.bool_
+    assert pad_sequences([[], [0.5]], fill=-1)[0].tolist() == [[-1.0], [0.5]]
+    assert pad_sequences([[], []])[0].dtype == np.float64  # as an empty batch: out's dtype, else float64
+    assert pad_sequences([[], []], out=np.zeros((2, 0), np.int32))[0].dtype == np.int32
+    with pytest.raises(R3WireError) as info:
+        pad_sequences([[1, 2], [], [0.5]])
+    assert info.value.field == "values[2].dtype"
+    # For routes an empty list's shape is what is wrong, not NumPy's float64.
+    for call, field in (
+        (lambda: pad_routes([[]]), "samples[0]"),
+        (lambda: pack_routes([[]]), "samples[0]"),
+        (lambda: RouteTrace().add([], start=0), "routes"),
+        (lambda: pad_routes([[[[]]]]), "samples[0].shape[2]"),
+    ):
+        with pytest.raises(R3WireError) as info:
+            call()
+        assert info.value.field == field
+        assert "dtype" not in str(info.value)
+
+
+@pytest.mark.parametrize("values", [[-100, 2**64 - 1], [-1, 2**63 + 1], [3, 2**64 - 1], [1, 2**70]])
+def test_int_lists_numpy_would_round_through_float64_are_refused(values: list[int]) -> None:
+    # NumPy makes these float64 (or object): pad_sequences silently stored 2**64 for 2**64 - 1.
+    with pytest.raises(R3WireError) as info:
+        pad_sequences([values])
+    assert info.value.field == "values[0]"
+    assert "integers NumPy converts exactly" in str(info.value)
+    assert str(values[-1]) in str(info.value)
+    with pytest.raises(R3WireError) as info:
+        pad_sequences([[0.5], values])
+    assert info.value.field == "values[1]"
+    with pytest.raises(R3WireError) as info:
+        RouteTrace().add([[[1, 2]]], start=0, token_ids=[5, *values])
+    assert info.value.field == "token_ids"
+    assert "integers NumPy converts exactly" in str(info.value)
+    with pytest.raises(R3WireError) as info:
+        pad_routes([[[[values[-1], 3]]]])
+    assert info.value.field == "samples[0]"
+    # A float among them: float semantics, but an int float64 cannot hold exactly is still refused.
+    with pytest.raises(R3WireError) as info:
+        pad_sequences([[0.5, 2**64 - 1]])
+    assert info.value.field == "values[0]"
+    assert pad_sequences([[0.5, 2**60]])[0].tolist() == [[0.5, 2.0**60]]
+    # An explicit dtype is the caller's: np.uint64 holds 2**64 - 1 exactly.
+    assert int(pad_sequences([np.array([3, 2**64 - 1], dtype=np.uint64)])[0][0, 1]) == 2**64 - 1
+
+
+def test_masked_arrays_are_refused_everywhere() -> None:
+    # A masked -1 would wrap to 255 in a uint8 batch and a masked 200 pass num_experts=16 (review 13 #1).
+    masked = np.ma.array(np.array([[[1, -1]]], dtype=np.int16), mask=[[[False, True]]])
+    calls: list[tuple[str, Callable[[], object]]] = [
+        ("samples[0]", lambda: pad_routes([masked], num_experts=16)),
+        ("samples[0]", lambda: pack_routes([masked], num_experts=16)),
+        ("samples[0]", lambda: validate_routes([masked], num_experts=16)),
+        ("routes", lambda: RouteTrace(num_experts=16).add(masked, start=0)),
+        ("values[0]", lambda: pad_sequences([masked[0, 0]])),
+    ]
+    for field, call in calls:
+        with pytest.raises(R3WireError) as info:
+            call()
+        assert info.value.field == field
+        assert "MaskedArray" in str(info.value)

@@ -83,14 +83,66 @@ def _promote(a: np.dtype[Any], b: np.dtype[Any]) -> np.dtype[Any]:
     return _native(wider)
 
 
-def _as_routes(value: object, field: str) -> Array:
+_EXACT_FLOAT: Final = 1 << 53  # float64 holds every integer of a smaller magnitude exactly
+
+
+def _from_caller(value: object, field: str) -> Array:
+    """``value`` as a NumPy array (:func:`as_numpy`), refusing Python ints NumPy could hold only inexactly.
+
+    NumPy turns a nested list of ints past int64 (``[-1, 2**64 - 1]``, even ``[3, 2**64 - 1]``) into float64,
+    rounding them, or into object. Only a nested sequence can hold them, and only a float64 result of magnitude
+    ``>= 2**53`` (or an object one) can have lost one, so only that rare case pays for a look at the source;
+    every other call pays an ``isinstance`` at most (an ndarray or a tensor has a dtype of its own).
+    """
     arr = as_numpy(value, field=field)
-    if arr.dtype.kind not in "iu":
+    kind = arr.dtype.kind
+    if kind not in "fO" or not arr.size or not isinstance(value, Sequence):
+        return arr
+    if kind == "O" or (arr.dtype == np.float64 and max(_MAX(arr, None), -_MIN(arr, None)) >= _EXACT_FLOAT):
+        _check_exact_ints(value, arr.dtype, field)
+    return arr
+
+
+def _check_exact_ints(value: object, dtype: np.dtype[Any], field: str) -> None:
+    """Refuse a source whose ints ``dtype`` (float64 or object) cannot hold as integers or round-trip exactly."""
+    items = np.asarray(value, dtype=object).ravel().tolist()
+    ints = [item for item in items if isinstance(item, (int, np.integer))]
+    if not ints:
+        return  # floats (or, for object, things that are no numbers): the dtype rules decide
+    if len(ints) == len(items):
+        low, high = min(ints), max(ints)
+        raise _fail(
+            field,
+            "integers NumPy converts exactly (a nested list with ints past int64 becomes float64 or object; "
+            "pass an array of an explicit integer dtype, such as np.uint64)",
+            f"integers from {describe(int(low))} to {describe(int(high))}, which NumPy made {dtype}",
+        )
+    for item in ints:
+        try:
+            exact = float(item) == item
+        except OverflowError:
+            exact = False
+        if not exact:
+            raise _fail(field, "numbers float64 holds exactly", f"the integer {describe(int(item))} among floats")
+
+
+def _neutral_empty(value: object, arr: Array) -> bool:
+    """An empty nested sequence: NumPy gives it float64, but it holds no value of any kind."""
+    return arr.size == 0 and isinstance(value, Sequence)
+
+
+def _as_routes(value: object, field: str) -> Array:
+    arr = _from_caller(value, field)
+    # An empty list is not refused for NumPy's float64: its shape is what is wrong (or, if not, it has no id).
+    neutral = _neutral_empty(value, arr)
+    if arr.dtype.kind not in "iu" and not neutral:
         raise _fail(f"{field}.dtype", "an integer dtype", str(arr.dtype))
     if arr.ndim != _NDIM:
         raise _fail(field, "a 3-d array [rows, layers, top_k]", f"shape {list(arr.shape)}")
     # The decoders' shape bound, so a payload that decoded cannot make a batch output unbounded (issue 11.7).
     check_shape(list(arr.shape), f"{field}.shape", ndim=_NDIM, error=R3WireError, minimums=ROUTES_MIN_DIMS)
+    if arr.dtype.kind not in "iu":
+        arr = arr.astype(_EMPTY_DTYPE)  # no id to convert; the smallest dtype widens nothing
     return arr
 
 
@@ -539,8 +591,15 @@ def _output(
     return out
 
 
+# What an empty nested sequence becomes in pad_sequences: recognized by identity, it takes no part in the dtype.
+_NO_VALUES: Final[Array] = np.empty(0, dtype=np.float64)
+_NO_VALUES.flags.writeable = False
+
+
 def _as_values(value: object, field: str) -> Array:
-    arr = as_numpy(value, field=field)
+    arr = _from_caller(value, field)
+    if arr.ndim == 1 and _neutral_empty(value, arr):
+        return _NO_VALUES
     if arr.dtype.kind not in "biuf":
         raise _fail(f"{field}.dtype", "a bool, integer or float dtype", str(arr.dtype))
     if arr.ndim < 1:
@@ -556,16 +615,23 @@ def _as_values(value: object, field: str) -> Array:
 _KINDS: Final = {"b": "bool", "i": "integer", "u": "integer", "f": "float"}
 
 
-def _values_dtype(arrays: Sequence[Array], fill_dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """The one dtype every sample converts to exactly: same kind (bool, integer, float), the widest of them."""
-    if not arrays:
-        return _native(fill_dtype)
-    dtype = _native(arrays[0].dtype)
+def _values_dtype(arrays: Sequence[Array]) -> np.dtype[Any] | None:
+    """The one dtype every sample converts to exactly: same kind (bool, integer, float), the widest of them.
+
+    ``None`` when no sample has a dtype (every one is an empty list, :data:`_NO_VALUES`).
+    """
+    typed = [(i, arr) for i, arr in enumerate(arrays) if arr is not _NO_VALUES]
+    if not typed:
+        return None
+    first, head = typed[0]
+    dtype = _native(head.dtype)
     kind = _KINDS[dtype.kind]
-    for i, arr in enumerate(arrays[1:], start=1):
+    for i, arr in typed[1:]:
         if _KINDS[arr.dtype.kind] != kind:
             article = "an" if kind == "integer" else "a"
-            raise _fail(f"values[{i}].dtype", f"{article} {kind} dtype like values[0] ({dtype.name})", str(arr.dtype))
+            raise _fail(
+                f"values[{i}].dtype", f"{article} {kind} dtype like values[{first}] ({dtype.name})", str(arr.dtype)
+            )
         wider = np.promote_types(dtype, arr.dtype)
         if wider.kind != dtype.kind and kind == "integer" and wider.kind == "f":
             raise _fail(
@@ -637,7 +703,9 @@ def pad_sequences(
     Args:
         values: one array per trajectory, ``[n_i, *rest]`` (``rest`` shared, each dimension ``>= 1``; 1-d for
             one value per token), of a bool, integer or float dtype (NumPy arrays, torch tensors or nested
-            lists). All of one kind; the output dtype is the widest of them (every value converts exactly).
+            lists). All of one kind; the output dtype is the widest of them (every value converts exactly). An
+            empty list takes the other samples' kind; a nested list of ints NumPy holds only as float64 or
+            object (ints past int64 beside others) is refused rather than rounded.
         token_lengths: each trajectory's token count; ``offsets[i] + n_i <= token_lengths[i]``. Default:
             ``offsets[i] + n_i``.
         side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
@@ -655,7 +723,8 @@ def pad_sequences(
         ``[0, max_len or 0]`` of float64 (or ``out``'s dtype).
 
     Raises:
-        R3WireError: a sample is not an array of a bool, integer or float dtype with a token axis, samples differ
+        R3WireError: a sample is not an array of a bool, integer or float dtype with a token axis (or is a nested
+            list of ints NumPy cannot hold exactly), samples differ
             in ``rest`` or in kind, a length, offset or ``max_len`` is inconsistent, the output exceeds
             ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match or may share memory
             with a sample.
@@ -679,12 +748,15 @@ def pad_sequences(
     starts = None if offsets is None else _int_list(offsets, "offsets", len(arrays), "one offset per sample")
     width, firsts = _layout(counts, token_lengths, starts, side, max_len, samples="values")
     rest: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
+    typed: np.dtype[Any] | None = None
     if same is not None:
-        dtype = _native(same[0].dtype)  # what _values_dtype gives for one dtype, without its per-sample loop
+        typed = _native(same[0].dtype)  # what _values_dtype gives for one dtype, without its per-sample loop
     elif arrays:
-        dtype = _values_dtype(arrays, np.dtype(np.float64))
+        typed = _values_dtype(arrays)
+    if typed is not None:
+        dtype = typed
     elif isinstance(out, np.ndarray):
-        dtype = out.dtype
+        dtype = out.dtype  # no sample has a dtype (none, or only empty lists)
     else:
         dtype = np.dtype(np.float64)
     scalar = _fill_value(fill, dtype)
@@ -789,7 +861,7 @@ def _as_tokens(value: object, field: str, *, limit: int | None = None, prefix: i
     Sizes are decided before anything is read or converted (a broadcast view may declare any length): more than
     ``limit`` tokens are refused, and with ``prefix`` only the first ``prefix`` tokens are checked and returned.
     """
-    arr = as_numpy(value, field=field)
+    arr = _from_caller(value, field)
     if arr.ndim == 1 and arr.size == 0:
         return np.empty(0, dtype=np.int64)  # [] arrives as float64
     if arr.ndim != 1 or arr.dtype.kind not in "iu":

@@ -779,3 +779,59 @@ def test_out_that_shares_memory_with_a_sample_is_refused_never_half_read(
     with pytest.raises(R3WireError) as info:
         pad_routes(samples, max_len=width, out=routes_out, num_experts=16)
     assert info.value.field == "out"
+
+
+# Python ints around the int64 and uint64 edges, where NumPy turns a nested list into float64 or object.
+EDGE_INTS = st.one_of(
+    st.integers(-3, 3),
+    st.integers(2**53 - 2, 2**53 + 2),
+    st.integers(2**63 - 2, 2**63 + 2),
+    st.integers(2**64 - 2, 2**64 + 2),
+    st.integers(-(2**63) - 2, -(2**63) + 2),
+)
+
+
+def _attempt(call: Callable[[], Any]) -> tuple[Any, str | None]:
+    """``call()``'s result and None, or None and the R3WireError's field and message."""
+    try:
+        return call(), None
+    except R3WireError as exc:
+        return None, f"{exc.field}: {exc}"
+
+
+@given(st.lists(st.lists(EDGE_INTS, max_size=4), max_size=4))
+def test_int_lists_pad_exactly_or_are_refused(samples: list[list[int]]) -> None:
+    """Nested lists of ints (empty ones too): every value padded exactly, or R3WireError; never a rounded value.
+
+    A batch whose ints all fit int64 is padded; one that needs uint64 beside small ints may be refused (NumPy
+    makes such a list float64), but then the message says so instead of naming a float dtype nobody passed.
+    """
+    in_int64 = [all(-(2**63) <= v < 2**63 for v in sample) for sample in samples]
+    result, refused = _attempt(lambda: pad_sequences(samples, side="right"))
+    if refused is None:
+        padded, mask = result
+        for i, sample in enumerate(samples):
+            assert [int(x) for x in padded[i][~mask[i]]] == sample
+    else:
+        assert not all(in_int64)
+        assert refused.startswith("values[")
+        assert "got float64" not in refused
+    # Lists of [[id]] rows (an empty list is no [rows, layers, top_k] array: its shape is refused).
+    routes = [rows for rows in ([[[v]] for v in sample if v >= 0] for sample in samples) if rows]
+    result, refused = _attempt(lambda: pad_routes(routes, side="right"))
+    if refused is None:
+        padded, mask = result
+        for i, rows in enumerate(routes):
+            assert [int(x) for x in padded[i][~mask[i]].ravel()] == [row[0][0] for row in rows]
+    else:
+        assert any(row[0][0] >= 2**63 for rows in routes for row in rows)
+        assert "got float64" not in refused
+    tokens = [v for sample in samples for v in sample if v >= 0]
+    trace = RouteTrace()
+    _, refused = _attempt(lambda: trace.add(np.zeros((0, 1, 1), np.uint8), start=0, token_ids=tokens))
+    if refused is None:
+        assert trace.token_ids is not None
+        assert trace.token_ids.tolist() == tokens
+    else:
+        assert max(tokens) >= 2**63
+        assert "got float64" not in refused
