@@ -1118,6 +1118,8 @@ def test_pack_routes_of_huge_row_counts_never_overflows_cu_seqlens() -> None:
         lambda: pad_routes([_routes(3)], token_lengths=[2**40], max_elements=2**30),
         lambda: pad_routes([_routes(1)], max_len=2**62, max_elements=2**30),
         lambda: pack_routes([_routes(3)], max_elements=17),
+        lambda: validate_routes([_routes(2), _routes(1)], max_elements=17),
+        lambda: validate_routes([np.broadcast_to(np.uint16(1), (2**33, 1, 2))], max_elements=2**30),
         lambda: pad_sequences([np.zeros(3)], max_len=2**50, max_elements=2**30),
         lambda: pad_sequences([np.zeros((3, 4))], max_elements=11),
     ],
@@ -1134,6 +1136,7 @@ def test_batch_outputs_respect_max_elements_before_allocating(build: Callable[[]
     # Exactly at the limit is allowed.
     assert pad_routes([_routes(3)], max_elements=18)[0].size == 18
     assert pack_routes([_routes(3)], max_elements=18)[0].size == 18
+    validate_routes([_routes(2), _routes(1)], max_elements=18)
 
 
 def test_trace_respects_max_elements() -> None:
@@ -1155,6 +1158,10 @@ def test_unbounded_requests_hit_the_default_limit() -> None:
         pad_routes([_routes(1)], token_lengths=[default])
     with pytest.raises(R3WireError, match="max_elements"):
         pad_sequences([np.zeros(1, np.uint8)], max_len=default + 1)
+    # validate_routes builds nothing, but its distinctness sort copies each sample it reads.
+    with pytest.raises(R3WireError, match="max_elements") as info:
+        validate_routes([np.broadcast_to(np.uint8(1), (default, 1, 2))])
+    assert info.value.field == "samples"
 
 
 def test_negative_token_ids_are_refused() -> None:

@@ -253,7 +253,10 @@ def _range_expected(dtype: np.dtype[Any], n_experts: int | None) -> str:
 def _check_distinct(arr: Array, field: str) -> None:
     if arr.shape[2] < 2 or arr.size == 0:
         return
-    ordered = np.sort(arr, axis=-1)
+    try:
+        ordered = np.sort(arr, axis=-1)
+    except MemoryError:  # a copy of the sample; bounded by the callers' max_elements, unless that is raised
+        raise _fail(field, "a sample this process can sort (a copy)", f"{list(arr.shape)} (MemoryError)") from None
     repeated = (ordered[..., 1:] == ordered[..., :-1]).any(axis=-1)
     if repeated.any():
         row, layer = (int(i) for i in np.argwhere(repeated)[0])
@@ -367,6 +370,7 @@ def validate_routes(
     *,
     num_experts: int | None = None,
     token_lengths: Sequence[int] | Array | None = None,
+    max_elements: int | None = None,
 ) -> None:
     """Check a batch of routes without building anything: every rule :func:`pad_routes` applies with ``check=True``.
 
@@ -379,12 +383,20 @@ def validate_routes(
         samples: one array per trajectory: NumPy arrays of any integer dtype, torch tensors or nested lists.
         num_experts: the model's expert count.
         token_lengths: each trajectory's token count, when it differs from its route rows.
+        max_elements: the most ids (summed over the samples) to read, as :func:`pack_routes` would copy them;
+            ``None`` is the decoders' default limit. Checked before any id is read.
 
     Raises:
-        R3WireError: the first broken rule; the message names the sample and, for an id, its row, layer and slot.
+        R3WireError: the first broken rule, or the samples exceed ``max_elements``; the message names the sample
+            and, for an id, its row, layer and slot.
     """
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
+    if arrays:
+        # Before any read: a broadcast view declares any size in a few bytes, and the distinctness sort copies.
+        _bounded((sum(arr.shape[0] for arr in arrays), *arrays[0].shape[1:]), max_elements, "samples")
+    else:
+        optional_max_elements(max_elements)
     _token_lengths(token_lengths, [arr.shape[0] for arr in arrays])
     dtype = _batch_dtype(arrays, n_experts)
     limit, expected = _id_limit(dtype, n_experts), _range_expected(dtype, n_experts)
