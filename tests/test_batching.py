@@ -475,6 +475,29 @@ def test_unpack_needs_an_array_with_rows() -> None:
         assert info.value.field == "flat"
 
 
+def test_unpack_bounds_the_samples_before_reading_the_offsets() -> None:
+    # A stride-0 cu_seqlens of zeros is valid (all samples empty) and declares any count in 8 bytes: one view per
+    # entry took seconds at 2**22 and did not finish at 2**28 (review 13 #10).
+    empty = np.zeros((0, 1, 1), np.uint8)
+    result, peak = _peak(lambda: unpack_routes(empty, np.broadcast_to(np.int64(0), (2**40,))))
+    assert isinstance(result, R3WireError)
+    assert result.field == "cu_seqlens"
+    assert "max_samples=1048576" in str(result)
+    assert peak < 1 << 16
+    assert len(unpack_routes(empty, np.zeros(5, np.int64), max_samples=4)) == 4
+    with pytest.raises(R3WireError) as info:
+        unpack_routes(empty, np.zeros(5, np.int64), max_samples=3)
+    assert info.value.field == "cu_seqlens"
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(R3WireError) as info:
+            unpack_routes(empty, [0], max_samples=bad)  # type: ignore[arg-type]
+        assert info.value.field == "max_samples"
+    # Decreasing uint64 offsets are found by comparison (a difference would wrap).
+    with pytest.raises(R3WireError) as info:
+        unpack_routes(np.zeros((3, 1, 1), np.uint8), np.array([0, 2**64 - 1, 3], dtype=np.uint64))
+    assert info.value.field == "cu_seqlens[2]"
+
+
 def test_unpack_accepts_int32_offsets() -> None:
     flat, cu = pack_routes([_routes(2), _routes(3)])
     parts = unpack_routes(flat, cu.astype(np.int32))
@@ -1235,6 +1258,7 @@ def test_messages_name_what_the_caller_passed() -> None:
 
 def _peak(call: Callable[[], object]) -> tuple[object, int]:
     """What ``call`` returned or raised, and the peak memory it traced."""
+    assert np.ma.MaskedArray is not None  # numpy.ma loads lazily (as_numpy checks for it): not traced here
     tracemalloc.start()
     try:
         try:
@@ -1251,7 +1275,8 @@ def test_trace_checks_sizes_before_reading_or_converting() -> None:
     # A broadcast view declares any length in a few bytes: converting or reading it before the size check cost a
     # MemoryError or seconds (review 13 #3). Here the limit is small, so "before" shows as a small peak.
     long_tokens = np.broadcast_to(np.int32(5), (10**6,))
-    refused, peak = _peak(lambda: RouteTrace(max_elements=1000).add(_routes(1), start=0, token_ids=long_tokens))
+    row = _routes(1)
+    refused, peak = _peak(lambda: RouteTrace(max_elements=1000).add(row, start=0, token_ids=long_tokens))
     assert isinstance(refused, R3WireError)
     assert refused.field == "token_ids"
     assert "max_elements=1000" in str(refused)

@@ -836,34 +836,53 @@ def pack_routes(
     return flat, cu_seqlens
 
 
-def unpack_routes(flat: Array, cu_seqlens: Any) -> list[Array]:
+_DEFAULT_MAX_SAMPLES: Final = 1 << 20
+""":func:`unpack_routes`' default bound on the samples (views) it returns: far past any trainer batch, while
+2**20 views (about 100 bytes each) stay near 100 MiB."""
+
+
+def unpack_routes(flat: Array, cu_seqlens: Any, *, max_samples: int | None = None) -> list[Array]:
     """Split a packed array back into per-trajectory views (no copies): the inverse of :func:`pack_routes`.
 
     Args:
         flat: a NumPy array whose first axis is the concatenated rows.
         cu_seqlens: 1-d integer prefix sums: starts at 0, never decreases, ends at ``flat.shape[0]``.
+        max_samples: the most samples (``len(cu_seqlens) - 1``) to split into; ``None`` is 2**20. Each view
+            is a Python object, and zero-row samples are valid, so ``flat``'s size bounds nothing here.
 
     Returns:
         ``[flat[cu_seqlens[i]:cu_seqlens[i + 1]] for i in range(len(cu_seqlens) - 1)]``, views of ``flat``.
 
     Raises:
-        R3WireError: ``flat`` is not a NumPy array with at least one axis, or ``cu_seqlens`` breaks a rule above.
+        R3WireError: ``flat`` is not a NumPy array with at least one axis, ``cu_seqlens`` breaks a rule above,
+            or has more than ``max_samples + 1`` entries.
     """
     given: object = flat  # callers outside mypy pass anything
     if not isinstance(given, np.ndarray) or given.ndim < 1:
         got = f"shape {list(given.shape)}" if isinstance(given, np.ndarray) else type(given).__name__
         raise _fail("flat", "a NumPy array with a row axis", got)
-    offsets = as_numpy(cu_seqlens, field="cu_seqlens")
+    limit = (
+        _DEFAULT_MAX_SAMPLES
+        if max_samples is None
+        else check_int(max_samples, "max_samples", minimum=0, maximum=MAX_DIM, error=R3WireError)
+    )
+    offsets = _from_caller(cu_seqlens, "cu_seqlens")
     if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or offsets.size < 1:
         raise _fail("cu_seqlens", "a non-empty 1-d integer array", f"{offsets.dtype} {list(offsets.shape)}")
-    bounds = [int(x) for x in offsets]
-    if bounds[0] != 0:
-        raise _fail("cu_seqlens[0]", "0", bounds[0])
-    for i in range(1, len(bounds)):
-        if bounds[i] < bounds[i - 1]:
-            raise _fail(f"cu_seqlens[{i}]", f">= cu_seqlens[{i - 1}]={bounds[i - 1]}", bounds[i])
-    if bounds[-1] != flat.shape[0]:
-        raise _fail(f"cu_seqlens[{len(bounds) - 1}]", f"{flat.shape[0]} (the rows of flat)", bounds[-1])
+    count = offsets.shape[0] - 1
+    if count > limit:
+        # Before anything is read: a broadcast cu_seqlens of zeros declares any number of (valid, empty) samples.
+        raise _fail("cu_seqlens", f"at most {limit} + 1 offsets (max_samples={limit})", f"{count + 1} offsets")
+    if int(offsets[0]) != 0:
+        raise _fail("cu_seqlens[0]", "0", int(offsets[0]))
+    # Compared, not subtracted: np.diff would wrap for uint64 offsets.
+    decreasing = offsets[1:] < offsets[:-1]
+    if decreasing.any():
+        i = int(np.argmax(decreasing)) + 1
+        raise _fail(f"cu_seqlens[{i}]", f">= cu_seqlens[{i - 1}]={int(offsets[i - 1])}", int(offsets[i]))
+    if int(offsets[-1]) != flat.shape[0]:
+        raise _fail(f"cu_seqlens[{count}]", f"{flat.shape[0]} (the rows of flat)", int(offsets[-1]))
+    bounds = offsets.tolist()
     return [flat[a:b] for a, b in pairwise(bounds)]
 
 
