@@ -15,7 +15,8 @@ A trainer holds one ragged ``[rows_i, layers, top_k]`` array per trajectory and 
   passes the shared shape check, routes have ``layers >= 1`` and ``top_k >= 1``, and an output is allocated only
   after its element count passed ``max_elements``.
 - :class:`RouteTrace` stitches a trajectory from engine calls, verifying each call's token ids against the ones
-  recorded, so a row can never be placed at the wrong token silently.
+  recorded, so rows are never stitched onto a different token sequence; where a call's rows go is its
+  ``start``, which must be exact (an off-by-one shows only as overlap conflicts).
 - Everything is NumPy; ``r3wire.torch`` turns the results into tensors without a copy.
 """
 
@@ -947,10 +948,14 @@ class RouteTrace:
     Each call returns the rows from some position on (its "prompt start" / ``start_len``, prime-rl's ``start``, or
     0 for a prefill node) to the end of what it forwarded; :meth:`add` places them at that position. Given each
     call's full ``token_ids``, the trace records the trajectory's tokens and refuses a call whose tokens differ
-    from them (a wrong prefix, a branch that was not forked): a row is never stitched onto the wrong token. Rows
-    must continue the trace without a gap; rows that overlap what is recorded are compared, and a difference is
-    a *conflict* (see :meth:`add`). The dtype is fixed by ``num_experts`` when given; otherwise a call that
-    arrives in a wider dtype widens the trace (never truncating an id).
+    from them (a wrong prefix, a branch that was not forked): rows are never stitched onto another token
+    sequence. Token ids do not locate rows: ``routes[0]`` goes to row ``start``, which must be exact. An
+    off-by-one ``start`` shifts the call's rows by one token and shows only as conflicts in the overlap (kept and
+    counted by default when token ids are given): use ``on_conflict="raise"`` where re-prefill is
+    batch-invariant, or monitor :attr:`conflicts`. Rows must continue the trace without a gap; rows that overlap
+    what is recorded are compared, and a difference is a *conflict* (see :meth:`add`). The dtype is fixed by
+    ``num_experts`` when given; otherwise a call that arrives in a wider dtype widens the trace (never truncating
+    an id).
 
     A trace either verifies tokens on every call (the first :meth:`add` gave ``token_ids``) or on none.
 
@@ -1097,14 +1102,16 @@ class RouteTrace:
             routes: ``[n, layers, top_k]`` ids (any integer dtype, a torch tensor or nested lists); ``layers``
                 and ``top_k`` as in earlier calls.
             start: the trajectory row the call's first row is; at most :attr:`rows` (no gap). Rows below
-                :attr:`rows` are the overlap with what is recorded.
+                :attr:`rows` are the overlap with what is recorded. It must be exact: ``token_ids`` verify the
+                call's tokens, not this offset, so a wrong ``start`` surfaces only as conflicts in the overlap.
             token_ids: the call's full token sequence (prompt + completion) from trajectory position 0. Must cover
                 the rows (``start + n <= len(token_ids)``) and agree with every recorded token on their common
                 length; tokens past the recorded ones are recorded.
             on_conflict: what to do with overlap rows that differ from the recorded ones. ``"keep"`` keeps the
                 recorded rows (the routing that generated those tokens), ``"replace"`` takes the new ones,
-                ``"raise"`` raises. ``None``: ``"keep"`` when ``token_ids`` proved the overlap aligned, else
-                ``"raise"``. Either way :attr:`conflicts` counts the differing rows.
+                ``"raise"`` raises. ``None``: ``"keep"`` when ``token_ids`` are given (they prove the tokens
+                extend the recorded ones; the rows' offset is ``start``'s), else ``"raise"``. Either way
+                :attr:`conflicts` counts the differing rows.
 
         Raises:
             R3WireError: a bad array or shape, a negative id or one ``>= num_experts``, ``start`` past the end of
