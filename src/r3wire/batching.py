@@ -1360,7 +1360,9 @@ class RouteTrace:
             ``(routes, captured_rows)``: ``routes`` ``[captured_rows, layers, top_k]``, trajectory rows
             ``0 .. captured_rows - 1`` in order, in the trace's dtype. It is the trace's own buffer, or a view
             of it (copied to size only if more than an eighth of the buffer is spare capacity); later calls never
-            change it (rows are appended past it, and a ``"replace"`` copies the buffer first).
+            change it (rows are appended past it, and a ``"replace"`` copies the buffer first). It shares memory
+            with the trace, though: writing into it rewrites the recorded rows that later calls are compared
+            with, so modify a copy if you keep adding to the trace.
 
         Raises:
             R3WireError: nothing was added (the shape is unknown), ``total_tokens`` is missing on a trace without
