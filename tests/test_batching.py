@@ -5,6 +5,7 @@ from __future__ import annotations
 import tracemalloc
 from collections.abc import Callable
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pytest
@@ -472,6 +473,29 @@ def test_unpack_needs_an_array_with_rows() -> None:
         with pytest.raises(R3WireError) as info:
             unpack_routes(bad, [0])  # type: ignore[arg-type]
         assert info.value.field == "flat"
+
+
+def test_unpack_bounds_the_samples_before_reading_the_offsets() -> None:
+    # A stride-0 cu_seqlens of zeros is valid (all samples empty) and declares any count in 8 bytes: one view per
+    # entry took seconds at 2**22 and did not finish at 2**28 (review 13 #10).
+    empty = np.zeros((0, 1, 1), np.uint8)
+    result, peak = _peak(lambda: unpack_routes(empty, np.broadcast_to(np.int64(0), (2**40,))))
+    assert isinstance(result, R3WireError)
+    assert result.field == "cu_seqlens"
+    assert "max_samples=1048576" in str(result)
+    assert peak < 1 << 16
+    assert len(unpack_routes(empty, np.zeros(5, np.int64), max_samples=4)) == 4
+    with pytest.raises(R3WireError) as info:
+        unpack_routes(empty, np.zeros(5, np.int64), max_samples=3)
+    assert info.value.field == "cu_seqlens"
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(R3WireError) as info:
+            unpack_routes(empty, [0], max_samples=bad)  # type: ignore[arg-type]
+        assert info.value.field == "max_samples"
+    # Decreasing uint64 offsets are found by comparison (a difference would wrap).
+    with pytest.raises(R3WireError) as info:
+        unpack_routes(np.zeros((3, 1, 1), np.uint8), np.array([0, 2**64 - 1, 3], dtype=np.uint64))
+    assert info.value.field == "cu_seqlens[2]"
 
 
 def test_unpack_accepts_int32_offsets() -> None:
@@ -1117,6 +1141,8 @@ def test_pack_routes_of_huge_row_counts_never_overflows_cu_seqlens() -> None:
         lambda: pad_routes([_routes(3)], token_lengths=[2**40], max_elements=2**30),
         lambda: pad_routes([_routes(1)], max_len=2**62, max_elements=2**30),
         lambda: pack_routes([_routes(3)], max_elements=17),
+        lambda: validate_routes([_routes(2), _routes(1)], max_elements=17),
+        lambda: validate_routes([np.broadcast_to(np.uint16(1), (2**33, 1, 2))], max_elements=2**30),
         lambda: pad_sequences([np.zeros(3)], max_len=2**50, max_elements=2**30),
         lambda: pad_sequences([np.zeros((3, 4))], max_elements=11),
     ],
@@ -1133,6 +1159,7 @@ def test_batch_outputs_respect_max_elements_before_allocating(build: Callable[[]
     # Exactly at the limit is allowed.
     assert pad_routes([_routes(3)], max_elements=18)[0].size == 18
     assert pack_routes([_routes(3)], max_elements=18)[0].size == 18
+    validate_routes([_routes(2), _routes(1)], max_elements=18)
 
 
 def test_trace_respects_max_elements() -> None:
@@ -1154,18 +1181,234 @@ def test_unbounded_requests_hit_the_default_limit() -> None:
         pad_routes([_routes(1)], token_lengths=[default])
     with pytest.raises(R3WireError, match="max_elements"):
         pad_sequences([np.zeros(1, np.uint8)], max_len=default + 1)
+    # validate_routes builds nothing, but its distinctness sort copies each sample it reads.
+    with pytest.raises(R3WireError, match="max_elements") as info:
+        validate_routes([np.broadcast_to(np.uint8(1), (default, 1, 2))])
+    assert info.value.field == "samples"
 
 
 def test_negative_token_ids_are_refused() -> None:
     # A -1 or -100 is a padding / ignore index, never an engine's token: comparing it as a token would hide a
     # misaligned call.
     trace = RouteTrace()
+    recorded = RouteTrace()
+    recorded.add(_routes(2), start=0, token_ids=[5, 6, 7])
     calls: list[Callable[[], object]] = [
         lambda: trace.add(_routes(2), start=0, token_ids=[5, -100, 7]),
-        lambda: trace.common_prefix([5, -1]),
+        lambda: recorded.common_prefix([5, -1]),
     ]
     for call in calls:
         with pytest.raises(R3WireError) as info:
             call()
         assert info.value.field == "token_ids[1]"
         assert "non-negative token id" in str(info.value)
+
+
+# --- review 13: arguments and messages --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [np.array(["left", "right"]), np.array(["keep"]), np.array(["arange", "x"])])
+def test_array_valued_choices_are_refused_by_name(value: Array) -> None:
+    # `value in ("left", "right")` asks NumPy for the truth of an array: a ValueError of its own for two
+    # elements, and a one-element array was accepted as if it were the string.
+    sample = _routes(1)
+    calls: list[tuple[str, Callable[[], object]]] = [
+        ("side", lambda: pad_routes([sample], side=value)),  # type: ignore[arg-type]
+        ("side", lambda: pad_sequences([np.arange(3)], side=value)),  # type: ignore[arg-type]
+        ("fill", lambda: pad_routes([sample], fill=value)),  # type: ignore[arg-type]
+        ("on_conflict", lambda: RouteTrace().add(sample, start=0, on_conflict=value)),  # type: ignore[arg-type]
+    ]
+    for field, call in calls:
+        with pytest.raises(R3WireError) as info:
+            call()
+        assert info.value.field == field
+
+
+def test_messages_name_what_the_caller_passed() -> None:
+    cases: list[tuple[Callable[[], object], str, str]] = [
+        (
+            lambda: pad_routes([_routes(1, dtype=np.int16)], num_experts=1000, out=np.zeros((1, 1, 3, 2), ">i2")),
+            "out.dtype",
+            "out.dtype must be int16 in native byte order (the batch dtype), got int16 in big-endian byte order",
+        ),
+        (
+            lambda: pad_sequences([np.ones(2)], offsets=[1], token_lengths=[2]),
+            "token_lengths[0]",
+            "the 3 positions (offset + values) of values[0] (a sample's values lie within",
+        ),
+        (lambda: pad_sequences([np.ones(2)], token_lengths=[1]), "token_lengths[0]", "the 2 values of values[0]"),
+        (lambda: pad_routes([_routes(1)], token_lengths=[2, 3]), "token_lengths", "must be 1 integer (one length"),
+        (lambda: RouteTrace().finalize(), "trace", "at least one add() before finalize()"),
+        (lambda: RouteTrace().finalize(total_tokens=5), "trace", "at least one add() before finalize()"),
+        (
+            lambda: RouteTrace(num_experts=3).add(np.zeros((1, 1, 4), np.uint8), start=0),
+            "routes.shape[2]",
+            "a router picks top_k distinct experts",
+        ),
+    ]
+    for call, field, text in cases:
+        with pytest.raises(R3WireError) as info:
+            call()
+        assert info.value.field == field
+        assert text in str(info.value)
+
+
+# --- review 13: sizes before contents, and a failed add changes nothing -----------------------------------------
+
+
+def _peak(call: Callable[[], object]) -> tuple[object, int]:
+    """What ``call`` returned or raised, and the peak memory it traced."""
+    assert np.ma.MaskedArray is not None  # numpy.ma loads lazily (as_numpy checks for it): not traced here
+    tracemalloc.start()
+    try:
+        try:
+            result: object = call()
+        except R3WireError as exc:
+            result = exc
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, peak
+
+
+def test_trace_checks_sizes_before_reading_or_converting() -> None:
+    # A broadcast view declares any length in a few bytes: converting or reading it before the size check cost a
+    # MemoryError or seconds (review 13 #3). Here the limit is small, so "before" shows as a small peak.
+    long_tokens = np.broadcast_to(np.int32(5), (10**6,))
+    row = _routes(1)
+    refused, peak = _peak(lambda: RouteTrace(max_elements=1000).add(row, start=0, token_ids=long_tokens))
+    assert isinstance(refused, R3WireError)
+    assert refused.field == "token_ids"
+    assert "max_elements=1000" in str(refused)
+    assert peak < 1 << 16
+    trace = RouteTrace()
+    trace.add(_routes(2), start=0, token_ids=[5, 5, 7])
+    answer, peak = _peak(lambda: trace.common_prefix(long_tokens))
+    assert answer == 2
+    assert peak < 1 << 16  # only the 3 tokens that can agree are converted
+    # Too many rows (or tokens) is the error, not what the first of them holds.
+    with pytest.raises(R3WireError) as info:
+        RouteTrace(max_elements=10).add(np.full((20, 1, 1), -1, np.int16), start=0)
+    assert info.value.field == "trace"
+    with pytest.raises(R3WireError) as info:
+        RouteTrace(max_elements=10).add(np.zeros((1, 1, 1), np.uint8), start=0, token_ids=[-1] * 11)
+    assert info.value.field == "token_ids"
+
+
+@pytest.mark.parametrize("failing", ["token_ids", "trace"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_failed_allocation_leaves_the_trace_unchanged(failing: str, fast: bool) -> None:
+    real = r3wire.batching._allocate
+
+    def allocate(shape: tuple[int, ...], dtype: Any, field: str) -> Array:
+        if field == failing:
+            raise R3WireError.make(field, "an array this process can allocate", f"{list(shape)} (MemoryError)")
+        return real(shape, dtype, field)
+
+    trace = RouteTrace(num_experts=16)
+    full = _routes(40, dtype=np.uint8)
+    tokens = np.arange(41, dtype=np.int64)
+    trace.add(full[:2], start=0, token_ids=tokens[:3])
+    before = (trace.rows, trace.token_ids.tolist() if trace.token_ids is not None else None, trace.conflicts)
+    routes: Any = full[2:40] if fast else full[2:40].astype(np.int64)  # the trace's dtype takes the fast path
+    with patch.object(r3wire.batching, "_allocate", allocate), pytest.raises(R3WireError) as info:
+        trace.add(routes, start=2, token_ids=tokens if fast else tokens.tolist())
+    assert info.value.field == failing
+    assert (trace.rows, trace.token_ids.tolist() if trace.token_ids is not None else None, trace.conflicts) == before
+    trace.add(routes, start=2, token_ids=tokens)
+    assert np.array_equal(trace.finalize()[0], full)
+
+
+def test_out_overlapping_an_input_is_refused() -> None:
+    # Re-padding last step's buffer with samples that are views of it: one pass wrote out[0] before reading
+    # samples[1] from it, and the result was silently wrong (review 13 #5).
+    out = np.arange(12, dtype=np.uint8).reshape(2, 3, 1, 2) % 16
+    before = out.copy()
+    with pytest.raises(R3WireError) as info:
+        pad_routes([out[1], out[0]], num_experts=16, out=out)
+    assert info.value.field == "out"
+    assert "samples[0]" in str(info.value)
+    assert np.array_equal(out, before)  # refused before anything was written
+    buf = np.array([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    with pytest.raises(R3WireError) as info:
+        pad_sequences([np.array([9.0, 9.0]), buf[0]], token_lengths=[3, 3], out=buf)
+    assert info.value.field == "out"
+    assert "values[1]" in str(info.value)
+    # Copies are fine, and so is a buffer next to the samples.
+    padded, _ = pad_routes([out[1].copy(), out[0].copy()], num_experts=16, out=out)
+    assert np.array_equal(padded, before[::-1])
+    pool = np.zeros(6)
+    assert pad_sequences([pool[:3]], out=pool[3:].reshape(1, 3))[0].tolist() == [[0.0, 0.0, 0.0]]
+
+
+# --- review 13: what nested lists and array subclasses become ---------------------------------------------------
+
+
+def test_an_empty_list_sample_takes_the_batch_kind() -> None:
+    # np.asarray([]) is float64: a trajectory with no values was refused for a float dtype nobody passed.
+    padded, mask = pad_sequences([[11, 12, 13], []])
+    assert padded.dtype == np.int64
+    assert padded.tolist() == [[11, 12, 13], [0, 0, 0]]
+    assert mask[1].all()
+    assert pad_sequences([[True, False], []])[0].dtype == np.bool_
+    assert pad_sequences([[], [0.5]], fill=-1)[0].tolist() == [[-1.0], [0.5]]
+    assert pad_sequences([[], []])[0].dtype == np.float64  # as an empty batch: out's dtype, else float64
+    assert pad_sequences([[], []], out=np.zeros((2, 0), np.int32))[0].dtype == np.int32
+    with pytest.raises(R3WireError) as info:
+        pad_sequences([[1, 2], [], [0.5]])
+    assert info.value.field == "values[2].dtype"
+    # For routes an empty list's shape is what is wrong, not NumPy's float64.
+    for call, field in (
+        (lambda: pad_routes([[]]), "samples[0]"),
+        (lambda: pack_routes([[]]), "samples[0]"),
+        (lambda: RouteTrace().add([], start=0), "routes"),
+        (lambda: pad_routes([[[[]]]]), "samples[0].shape[2]"),
+    ):
+        with pytest.raises(R3WireError) as info:
+            call()
+        assert info.value.field == field
+        assert "dtype" not in str(info.value)
+
+
+@pytest.mark.parametrize("values", [[-100, 2**64 - 1], [-1, 2**63 + 1], [3, 2**64 - 1], [1, 2**70]])
+def test_int_lists_numpy_would_round_through_float64_are_refused(values: list[int]) -> None:
+    # NumPy makes these float64 (or object): pad_sequences silently stored 2**64 for 2**64 - 1.
+    with pytest.raises(R3WireError) as info:
+        pad_sequences([values])
+    assert info.value.field == "values[0]"
+    assert "integers NumPy converts exactly" in str(info.value)
+    assert str(values[-1]) in str(info.value)
+    with pytest.raises(R3WireError) as info:
+        pad_sequences([[0.5], values])
+    assert info.value.field == "values[1]"
+    with pytest.raises(R3WireError) as info:
+        RouteTrace().add([[[1, 2]]], start=0, token_ids=[5, *values])
+    assert info.value.field == "token_ids"
+    assert "integers NumPy converts exactly" in str(info.value)
+    with pytest.raises(R3WireError) as info:
+        pad_routes([[[[values[-1], 3]]]])
+    assert info.value.field == "samples[0]"
+    # A float among them: float semantics, but an int float64 cannot hold exactly is still refused.
+    with pytest.raises(R3WireError) as info:
+        pad_sequences([[0.5, 2**64 - 1]])
+    assert info.value.field == "values[0]"
+    assert pad_sequences([[0.5, 2**60]])[0].tolist() == [[0.5, 2.0**60]]
+    # An explicit dtype is the caller's: np.uint64 holds 2**64 - 1 exactly.
+    assert int(pad_sequences([np.array([3, 2**64 - 1], dtype=np.uint64)])[0][0, 1]) == 2**64 - 1
+
+
+def test_masked_arrays_are_refused_everywhere() -> None:
+    # A masked -1 would wrap to 255 in a uint8 batch and a masked 200 pass num_experts=16 (review 13 #1).
+    masked = np.ma.array(np.array([[[1, -1]]], dtype=np.int16), mask=[[[False, True]]])
+    calls: list[tuple[str, Callable[[], object]]] = [
+        ("samples[0]", lambda: pad_routes([masked], num_experts=16)),
+        ("samples[0]", lambda: pack_routes([masked], num_experts=16)),
+        ("samples[0]", lambda: validate_routes([masked], num_experts=16)),
+        ("routes", lambda: RouteTrace(num_experts=16).add(masked, start=0)),
+        ("values[0]", lambda: pad_sequences([masked[0, 0]])),
+    ]
+    for field, call in calls:
+        with pytest.raises(R3WireError) as info:
+            call()
+        assert info.value.field == field
+        assert "MaskedArray" in str(info.value)

@@ -15,7 +15,8 @@ A trainer holds one ragged ``[rows_i, layers, top_k]`` array per trajectory and 
   passes the shared shape check, routes have ``layers >= 1`` and ``top_k >= 1``, and an output is allocated only
   after its element count passed ``max_elements``.
 - :class:`RouteTrace` stitches a trajectory from engine calls, verifying each call's token ids against the ones
-  recorded, so a row can never be placed at the wrong token silently.
+  recorded, so rows are never stitched onto a different token sequence; where a call's rows go is its
+  ``start``, which must be exact (an off-by-one shows only as overlap conflicts).
 - Everything is NumPy; ``r3wire.torch`` turns the results into tensors without a copy.
 """
 
@@ -61,6 +62,11 @@ def _fail(field: str, expected: str, got: object, *, raw: bool = True) -> R3Wire
     return R3WireError.make(field, expected, got, raw=raw)
 
 
+def _choice(value: object, choices: tuple[str, ...]) -> bool:
+    """Whether ``value`` is one of ``choices``: a str first, so an array's ``==`` (ambiguous truth) never runs."""
+    return isinstance(value, str) and value in choices
+
+
 def _native(dtype: np.dtype[Any]) -> np.dtype[Any]:
     native: np.dtype[Any] = dtype.newbyteorder("=")
     return native
@@ -78,14 +84,66 @@ def _promote(a: np.dtype[Any], b: np.dtype[Any]) -> np.dtype[Any]:
     return _native(wider)
 
 
-def _as_routes(value: object, field: str) -> Array:
+_EXACT_FLOAT: Final = 1 << 53  # float64 holds every integer of a smaller magnitude exactly
+
+
+def _from_caller(value: object, field: str) -> Array:
+    """``value`` as a NumPy array (:func:`as_numpy`), refusing Python ints NumPy could hold only inexactly.
+
+    NumPy turns a nested list of ints past int64 (``[-1, 2**64 - 1]``, even ``[3, 2**64 - 1]``) into float64,
+    rounding them, or into object. Only a nested sequence can hold them, and only a float64 result of magnitude
+    ``>= 2**53`` (or an object one) can have lost one, so only that rare case pays for a look at the source;
+    every other call pays an ``isinstance`` at most (an ndarray or a tensor has a dtype of its own).
+    """
     arr = as_numpy(value, field=field)
-    if arr.dtype.kind not in "iu":
+    kind = arr.dtype.kind
+    if kind not in "fO" or not arr.size or not isinstance(value, Sequence):
+        return arr
+    if kind == "O" or (arr.dtype == np.float64 and max(_MAX(arr, None), -_MIN(arr, None)) >= _EXACT_FLOAT):
+        _check_exact_ints(value, arr.dtype, field)
+    return arr
+
+
+def _check_exact_ints(value: object, dtype: np.dtype[Any], field: str) -> None:
+    """Refuse a source whose ints ``dtype`` (float64 or object) cannot hold as integers or round-trip exactly."""
+    items = np.asarray(value, dtype=object).ravel().tolist()
+    ints = [item for item in items if isinstance(item, (int, np.integer))]
+    if not ints:
+        return  # floats (or, for object, things that are no numbers): the dtype rules decide
+    if len(ints) == len(items):
+        low, high = min(ints), max(ints)
+        raise _fail(
+            field,
+            "integers NumPy converts exactly (a nested list with ints past int64 becomes float64 or object; "
+            "pass an array of an explicit integer dtype, such as np.uint64)",
+            f"integers from {describe(int(low))} to {describe(int(high))}, which NumPy made {dtype}",
+        )
+    for item in ints:
+        try:
+            exact = float(item) == item
+        except OverflowError:
+            exact = False
+        if not exact:
+            raise _fail(field, "numbers float64 holds exactly", f"the integer {describe(int(item))} among floats")
+
+
+def _neutral_empty(value: object, arr: Array) -> bool:
+    """An empty nested sequence: NumPy gives it float64, but it holds no value of any kind."""
+    return arr.size == 0 and isinstance(value, Sequence)
+
+
+def _as_routes(value: object, field: str) -> Array:
+    arr = _from_caller(value, field)
+    # An empty list is not refused for NumPy's float64: its shape is what is wrong (or, if not, it has no id).
+    neutral = _neutral_empty(value, arr)
+    if arr.dtype.kind not in "iu" and not neutral:
         raise _fail(f"{field}.dtype", "an integer dtype", str(arr.dtype))
     if arr.ndim != _NDIM:
         raise _fail(field, "a 3-d array [rows, layers, top_k]", f"shape {list(arr.shape)}")
     # The decoders' shape bound, so a payload that decoded cannot make a batch output unbounded (issue 11.7).
     check_shape(list(arr.shape), f"{field}.shape", ndim=_NDIM, error=R3WireError, minimums=ROUTES_MIN_DIMS)
+    if arr.dtype.kind not in "iu":
+        arr = arr.astype(_EMPTY_DTYPE)  # no id to convert; the smallest dtype widens nothing
     return arr
 
 
@@ -148,12 +206,14 @@ def _id_limit(dtype: np.dtype[Any], n_experts: int | None) -> int:
     return _int_bounds(dtype)[1] if n_experts is None else n_experts - 1
 
 
-def _check_filler(top_k: int, dtype: np.dtype[Any], n_experts: int | None, field: str) -> None:
+def _check_filler(top_k: int, dtype: np.dtype[Any], n_experts: int | None, field: str, *, trace: bool = False) -> None:
     # Padding rows hold top_k distinct ids (0 .. top_k - 1 for "arange"): they must be valid ids of the batch.
+    # A trace pads nothing: there the same bound holds because a router picks top_k distinct experts.
     limit = _id_limit(dtype, n_experts)
     if top_k - 1 > limit:
         what = f"num_experts={n_experts}" if n_experts is not None else f"the batch dtype {dtype.name}"
-        raise _fail(field, f"top_k <= {limit + 1} (padding rows hold top_k distinct ids; {what})", top_k)
+        why = "a router picks top_k distinct experts" if trace else "padding rows hold top_k distinct ids"
+        raise _fail(field, f"top_k <= {limit + 1} ({why}; {what})", top_k)
 
 
 def _where(field: str, index: Sequence[int]) -> str:
@@ -194,7 +254,10 @@ def _range_expected(dtype: np.dtype[Any], n_experts: int | None) -> str:
 def _check_distinct(arr: Array, field: str) -> None:
     if arr.shape[2] < 2 or arr.size == 0:
         return
-    ordered = np.sort(arr, axis=-1)
+    try:
+        ordered = np.sort(arr, axis=-1)
+    except MemoryError:  # a copy of the sample; bounded by the callers' max_elements, unless that is raised
+        raise _fail(field, "a sample this process can sort (a copy)", f"{list(arr.shape)} (MemoryError)") from None
     repeated = (ordered[..., 1:] == ordered[..., :-1]).any(axis=-1)
     if repeated.any():
         row, layer = (int(i) for i in np.argwhere(repeated)[0])
@@ -216,7 +279,7 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
     else:
         raise _fail(field, f"a sequence of integers, {what}", type(value).__name__)
     if len(values) != count:
-        raise _fail(field, f"{count} integers ({what})", f"{len(values)}")
+        raise _fail(field, f"{count} {'integer' if count == 1 else 'integers'} ({what})", f"{len(values)}")
     # The common case, plain ints in range, is checked in two passes instead of one check_int call per sample.
     if set(map(type, values)) <= {int}:
         plain: list[int] = list(values)  # type: ignore[arg-type]  # every item is an int, checked above
@@ -230,8 +293,17 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
     return result
 
 
-def _token_lengths(token_lengths: object, rows: Sequence[int], offsets: Sequence[int] | None = None) -> list[int]:
-    """Each sample's token count: given, or its rows (plus its offset); never fewer than offset + rows."""
+def _token_lengths(
+    token_lengths: object,
+    rows: Sequence[int],
+    offsets: Sequence[int] | None = None,
+    *,
+    samples: str = "samples",
+) -> list[int]:
+    """Each sample's token count: given, or its rows (plus its offset); never fewer than offset + rows.
+
+    ``samples`` is the caller's argument name (``"values"`` for :func:`pad_sequences`), so a message names it.
+    """
     starts = list(offsets) if offsets is not None else [0] * len(rows)
     if token_lengths is None:
         return [start + n for start, n in zip(starts, rows, strict=True)]
@@ -241,12 +313,12 @@ def _token_lengths(token_lengths: object, rows: Sequence[int], offsets: Sequence
         return lengths
     for i, (length, start, n_rows) in enumerate(zip(lengths, starts, rows, strict=True)):
         if length < start + n_rows:
-            what = "route rows" if offsets is None else "positions (offset + values)"
-            raise _fail(
-                f"token_lengths[{i}]",
-                f">= the {start + n_rows} {what} of samples[{i}] (rows may be fewer than tokens, never more)",
-                length,
-            )
+            if samples == "samples":
+                what, why = "route rows", "rows may be fewer than tokens, never more"
+            else:
+                what = "values" if offsets is None else "positions (offset + values)"
+                why = "a sample's values lie within its trajectory's tokens"
+            raise _fail(f"token_lengths[{i}]", f">= the {start + n_rows} {what} of {samples}[{i}] ({why})", length)
     return lengths
 
 
@@ -256,15 +328,17 @@ def _layout(
     offsets: Sequence[int] | None,
     side: object,
     max_len: object,
+    *,
+    samples: str = "samples",
 ) -> tuple[int, list[int]]:
     """The padded width and where each sample's first row lands: the one layout every padding helper shares.
 
     Trajectory ``i`` occupies ``token_lengths[i]`` positions, right-aligned for ``side="left"`` and left-aligned
     for ``"right"``; its rows start ``offsets[i]`` (default 0) positions into it.
     """
-    if side not in ("left", "right"):
+    if not _choice(side, ("left", "right")):
         raise _fail("side", "'left' or 'right'", describe(side))
-    lengths = _token_lengths(token_lengths, counts, offsets)
+    lengths = _token_lengths(token_lengths, counts, offsets, samples=samples)
     longest = max(lengths, default=0)
     if max_len is None:
         width = longest
@@ -272,7 +346,7 @@ def _layout(
         width = check_int(max_len, "max_len", minimum=0, maximum=MAX_DIM, error=R3WireError)
         if longest > width:
             i = lengths.index(longest)
-            raise _fail("max_len", f">= every token length (samples[{i}] has {longest})", width)
+            raise _fail("max_len", f">= every token length ({samples}[{i}] has {longest})", width)
     starts = list(offsets) if offsets is not None else [0] * len(counts)
     firsts = [(width - length if side == "left" else 0) + start for length, start in zip(lengths, starts, strict=True)]
     return width, firsts
@@ -297,6 +371,7 @@ def validate_routes(
     *,
     num_experts: int | None = None,
     token_lengths: Sequence[int] | Array | None = None,
+    max_elements: int | None = None,
 ) -> None:
     """Check a batch of routes without building anything: every rule :func:`pad_routes` applies with ``check=True``.
 
@@ -309,12 +384,20 @@ def validate_routes(
         samples: one array per trajectory: NumPy arrays of any integer dtype, torch tensors or nested lists.
         num_experts: the model's expert count.
         token_lengths: each trajectory's token count, when it differs from its route rows.
+        max_elements: the most ids (summed over the samples) to read, as :func:`pack_routes` would copy them;
+            ``None`` is the decoders' default limit. Checked before any id is read.
 
     Raises:
-        R3WireError: the first broken rule; the message names the sample and, for an id, its row, layer and slot.
+        R3WireError: the first broken rule, or the samples exceed ``max_elements``; the message names the sample
+            and, for an id, its row, layer and slot.
     """
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
+    if arrays:
+        # Before any read: a broadcast view declares any size in a few bytes, and the distinctness sort copies.
+        _bounded((sum(arr.shape[0] for arr in arrays), *arrays[0].shape[1:]), max_elements, "samples")
+    else:
+        optional_max_elements(max_elements)
     _token_lengths(token_lengths, [arr.shape[0] for arr in arrays])
     dtype = _batch_dtype(arrays, n_experts)
     limit, expected = _id_limit(dtype, n_experts), _range_expected(dtype, n_experts)
@@ -355,7 +438,9 @@ def pad_routes(
         max_len: the padded length (e.g. the token batch's sequence length); default the longest token length.
         check: also run :func:`validate_routes`' costlier rule: ids distinct within each row.
         out: a writable array of exactly the output shape and batch dtype to fill instead of allocating one
-            (a reused or pinned buffer). Its contents are unspecified if an error is raised.
+            (a reused or pinned buffer), sharing no memory with any sample (the output is written in one pass;
+            memory bounds are compared, so a sample inside ``out``'s address range is refused). Its contents are
+            unspecified if an error is raised.
         fill: what padding rows hold. ``"arange"``: ``0 .. top_k - 1`` in every row and layer. ``"balanced"``
             (needs ``num_experts``): the batch's padding rows, numbered in order (sample by sample, position by
             position), take consecutive ids modulo ``num_experts`` (row ``g`` holds ``(g * top_k + j) %
@@ -375,11 +460,11 @@ def pad_routes(
             a length exceeds ``max_len``, the output exceeds ``max_elements``, an id is negative, does not fit
             the batch dtype or is ``>= num_experts`` (the message names sample, row, layer and slot), ids repeat
             within a row (``check=True``), ``fill`` is unknown or ``"balanced"`` without ``num_experts``, or
-            ``out`` does not match.
+            ``out`` does not match or may share memory with a sample.
     """
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
-    if fill not in ("arange", "balanced"):
+    if not _choice(fill, ("arange", "balanced")):
         raise _fail("fill", "'arange' or 'balanced'", describe(fill))
     if fill == "balanced" and n_experts is None:
         raise _fail("num_experts", "given with fill='balanced' (padding is spread over the experts)", "None")
@@ -391,7 +476,7 @@ def pad_routes(
         _check_filler(top_k, dtype, n_experts, "samples[0].shape[2]")
     shape = (len(arrays), width, layers, top_k)
     _bounded(shape, max_elements, "padded")
-    padded = _output(out, shape, dtype)
+    padded = _output(out, shape, dtype, arrays)
     mask = np.ones((len(arrays), width), dtype=np.bool_)
     longest_run = max((max(first, width - first - n) for first, n in zip(firsts, rows, strict=True)), default=0)
     filler = _Filler(fill, longest_run=longest_run, layers=layers, top_k=top_k, dtype=dtype, n_experts=n_experts)
@@ -483,7 +568,13 @@ def _padding_rows(count: int, layers: int, top_k: int, dtype: np.dtype[Any]) -> 
 
 
 def _output(
-    out: object, shape: tuple[int, ...], dtype: np.dtype[Any], layout: str = "[batch, max_len, layers, top_k]"
+    out: object,
+    shape: tuple[int, ...],
+    dtype: np.dtype[Any],
+    inputs: Sequence[Array],
+    *,
+    field: str = "samples",
+    layout: str = "[batch, max_len, layers, top_k]",
 ) -> Array:
     if out is None:
         return _allocate(shape, dtype, "padded")
@@ -492,14 +583,38 @@ def _output(
     if out.shape != shape:
         raise _fail("out.shape", f"{list(shape)} {layout}", f"{list(out.shape)}")
     if out.dtype != dtype:
+        if _native(out.dtype) == dtype:
+            # dtype.name ignores byte order: "must be int16, got >i2" would name the same type twice.
+            order = "big-endian" if out.dtype.byteorder == ">" else "little-endian"
+            got = f"{out.dtype.name} in {order} byte order ({out.dtype.str})"
+            raise _fail("out.dtype", f"{dtype.name} in native byte order (the batch dtype)", got)
         raise _fail("out.dtype", f"{dtype.name} (the batch dtype)", str(out.dtype))
     if not out.flags.writeable:
         raise _fail("out", "a writable array", "a read-only array")
+    # One pass writes sample i's cells before it reads sample j: a sample inside out would be read after being
+    # overwritten. The default max_work compares address bounds only (O(1) per sample, never a scan), so a strided
+    # sample that interleaves with out without touching its elements is refused as well. map() keeps the common
+    # case (no overlap) out of a Python loop (measured: about 40% less per sample).
+    overlaps = functools.partial(np.may_share_memory, out)
+    if any(map(overlaps, inputs)):
+        i = next(i for i, arr in enumerate(inputs) if overlaps(arr))
+        raise _fail(
+            "out",
+            f"an array sharing no memory with {field} (one pass would overwrite a sample before reading it)",
+            f"an array whose memory may overlap {field}[{i}]",
+        )
     return out
 
 
+# What an empty nested sequence becomes in pad_sequences: recognized by identity, it takes no part in the dtype.
+_NO_VALUES: Final[Array] = np.empty(0, dtype=np.float64)
+_NO_VALUES.flags.writeable = False
+
+
 def _as_values(value: object, field: str) -> Array:
-    arr = as_numpy(value, field=field)
+    arr = _from_caller(value, field)
+    if arr.ndim == 1 and _neutral_empty(value, arr):
+        return _NO_VALUES
     if arr.dtype.kind not in "biuf":
         raise _fail(f"{field}.dtype", "a bool, integer or float dtype", str(arr.dtype))
     if arr.ndim < 1:
@@ -515,16 +630,23 @@ def _as_values(value: object, field: str) -> Array:
 _KINDS: Final = {"b": "bool", "i": "integer", "u": "integer", "f": "float"}
 
 
-def _values_dtype(arrays: Sequence[Array], fill_dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """The one dtype every sample converts to exactly: same kind (bool, integer, float), the widest of them."""
-    if not arrays:
-        return _native(fill_dtype)
-    dtype = _native(arrays[0].dtype)
+def _values_dtype(arrays: Sequence[Array]) -> np.dtype[Any] | None:
+    """The one dtype every sample converts to exactly: same kind (bool, integer, float), the widest of them.
+
+    ``None`` when no sample has a dtype (every one is an empty list, :data:`_NO_VALUES`).
+    """
+    typed = [(i, arr) for i, arr in enumerate(arrays) if arr is not _NO_VALUES]
+    if not typed:
+        return None
+    first, head = typed[0]
+    dtype = _native(head.dtype)
     kind = _KINDS[dtype.kind]
-    for i, arr in enumerate(arrays[1:], start=1):
+    for i, arr in typed[1:]:
         if _KINDS[arr.dtype.kind] != kind:
             article = "an" if kind == "integer" else "a"
-            raise _fail(f"values[{i}].dtype", f"{article} {kind} dtype like values[0] ({dtype.name})", str(arr.dtype))
+            raise _fail(
+                f"values[{i}].dtype", f"{article} {kind} dtype like values[{first}] ({dtype.name})", str(arr.dtype)
+            )
         wider = np.promote_types(dtype, arr.dtype)
         if wider.kind != dtype.kind and kind == "integer" and wider.kind == "f":
             raise _fail(
@@ -596,12 +718,15 @@ def pad_sequences(
     Args:
         values: one array per trajectory, ``[n_i, *rest]`` (``rest`` shared, each dimension ``>= 1``; 1-d for
             one value per token), of a bool, integer or float dtype (NumPy arrays, torch tensors or nested
-            lists). All of one kind; the output dtype is the widest of them (every value converts exactly).
+            lists). All of one kind; the output dtype is the widest of them (every value converts exactly). An
+            empty list takes the other samples' kind; a nested list of ints NumPy holds only as float64 or
+            object (ints past int64 beside others) is refused rather than rounded.
         token_lengths: each trajectory's token count; ``offsets[i] + n_i <= token_lengths[i]``. Default:
             ``offsets[i] + n_i``.
         side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
         fill: what every cell outside the values holds; must be exactly representable in the output dtype.
-        out: a writable array of exactly the output shape and dtype to fill instead of allocating one.
+        out: a writable array of exactly the output shape and dtype to fill instead of allocating one, sharing
+            no memory with any sample (as for :func:`pad_routes`).
         offsets: the trajectory position of each sample's first value (default 0).
         max_len: the padded length; default the longest token length.
         max_elements: the largest ``padded`` (in elements) to allocate; ``None`` is the decoders' default limit.
@@ -613,9 +738,11 @@ def pad_sequences(
         ``[0, max_len or 0]`` of float64 (or ``out``'s dtype).
 
     Raises:
-        R3WireError: a sample is not an array of a bool, integer or float dtype with a token axis, samples differ
+        R3WireError: a sample is not an array of a bool, integer or float dtype with a token axis (or is a nested
+            list of ints NumPy cannot hold exactly), samples differ
             in ``rest`` or in kind, a length, offset or ``max_len`` is inconsistent, the output exceeds
-            ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match.
+            ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match or may share memory
+            with a sample.
     """
     same = _same_vectors(values)
     arrays = same
@@ -634,20 +761,23 @@ def pad_sequences(
         longest = counts.index(max(counts))
         check_shape(list(arrays[longest].shape), f"values[{longest}].shape", ndim=None, error=R3WireError)
     starts = None if offsets is None else _int_list(offsets, "offsets", len(arrays), "one offset per sample")
-    width, firsts = _layout(counts, token_lengths, starts, side, max_len)
+    width, firsts = _layout(counts, token_lengths, starts, side, max_len, samples="values")
     rest: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
+    typed: np.dtype[Any] | None = None
     if same is not None:
-        dtype = _native(same[0].dtype)  # what _values_dtype gives for one dtype, without its per-sample loop
+        typed = _native(same[0].dtype)  # what _values_dtype gives for one dtype, without its per-sample loop
     elif arrays:
-        dtype = _values_dtype(arrays, np.dtype(np.float64))
+        typed = _values_dtype(arrays)
+    if typed is not None:
+        dtype = typed
     elif isinstance(out, np.ndarray):
-        dtype = out.dtype
+        dtype = out.dtype  # no sample has a dtype (none, or only empty lists)
     else:
         dtype = np.dtype(np.float64)
     scalar = _fill_value(fill, dtype)
     shape = (len(arrays), width, *rest)
     _bounded(shape, max_elements, "padded")
-    padded = _output(out, shape, dtype, "[batch, max_len, *rest]")
+    padded = _output(out, shape, dtype, arrays, field="values", layout="[batch, max_len, *rest]")
     mask = np.ones((len(arrays), width), dtype=np.bool_)
     # Per-token arrays are short: this loop's per-sample overhead, not the bytes, is what costs (kept minimal).
     for row, row_mask, arr, start, count in zip(padded, mask, arrays, firsts, counts, strict=True):
@@ -709,44 +839,71 @@ def pack_routes(
     return flat, cu_seqlens
 
 
-def unpack_routes(flat: Array, cu_seqlens: Any) -> list[Array]:
+_DEFAULT_MAX_SAMPLES: Final = 1 << 20
+""":func:`unpack_routes`' default bound on the samples (views) it returns: far past any trainer batch, while
+2**20 views (about 100 bytes each) stay near 100 MiB."""
+
+
+def unpack_routes(flat: Array, cu_seqlens: Any, *, max_samples: int | None = None) -> list[Array]:
     """Split a packed array back into per-trajectory views (no copies): the inverse of :func:`pack_routes`.
 
     Args:
         flat: a NumPy array whose first axis is the concatenated rows.
         cu_seqlens: 1-d integer prefix sums: starts at 0, never decreases, ends at ``flat.shape[0]``.
+        max_samples: the most samples (``len(cu_seqlens) - 1``) to split into; ``None`` is 2**20. Each view
+            is a Python object, and zero-row samples are valid, so ``flat``'s size bounds nothing here.
 
     Returns:
         ``[flat[cu_seqlens[i]:cu_seqlens[i + 1]] for i in range(len(cu_seqlens) - 1)]``, views of ``flat``.
 
     Raises:
-        R3WireError: ``flat`` is not a NumPy array with at least one axis, or ``cu_seqlens`` breaks a rule above.
+        R3WireError: ``flat`` is not a NumPy array with at least one axis, ``cu_seqlens`` breaks a rule above,
+            or has more than ``max_samples + 1`` entries.
     """
     given: object = flat  # callers outside mypy pass anything
     if not isinstance(given, np.ndarray) or given.ndim < 1:
         got = f"shape {list(given.shape)}" if isinstance(given, np.ndarray) else type(given).__name__
         raise _fail("flat", "a NumPy array with a row axis", got)
-    offsets = as_numpy(cu_seqlens, field="cu_seqlens")
+    limit = (
+        _DEFAULT_MAX_SAMPLES
+        if max_samples is None
+        else check_int(max_samples, "max_samples", minimum=0, maximum=MAX_DIM, error=R3WireError)
+    )
+    offsets = _from_caller(cu_seqlens, "cu_seqlens")
     if offsets.ndim != 1 or offsets.dtype.kind not in "iu" or offsets.size < 1:
         raise _fail("cu_seqlens", "a non-empty 1-d integer array", f"{offsets.dtype} {list(offsets.shape)}")
-    bounds = [int(x) for x in offsets]
-    if bounds[0] != 0:
-        raise _fail("cu_seqlens[0]", "0", bounds[0])
-    for i in range(1, len(bounds)):
-        if bounds[i] < bounds[i - 1]:
-            raise _fail(f"cu_seqlens[{i}]", f">= cu_seqlens[{i - 1}]={bounds[i - 1]}", bounds[i])
-    if bounds[-1] != flat.shape[0]:
-        raise _fail(f"cu_seqlens[{len(bounds) - 1}]", f"{flat.shape[0]} (the rows of flat)", bounds[-1])
+    count = offsets.shape[0] - 1
+    if count > limit:
+        # Before anything is read: a broadcast cu_seqlens of zeros declares any number of (valid, empty) samples.
+        raise _fail("cu_seqlens", f"at most {limit} + 1 offsets (max_samples={limit})", f"{count + 1} offsets")
+    if int(offsets[0]) != 0:
+        raise _fail("cu_seqlens[0]", "0", int(offsets[0]))
+    # Compared, not subtracted: np.diff would wrap for uint64 offsets.
+    decreasing = offsets[1:] < offsets[:-1]
+    if decreasing.any():
+        i = int(np.argmax(decreasing)) + 1
+        raise _fail(f"cu_seqlens[{i}]", f">= cu_seqlens[{i - 1}]={int(offsets[i - 1])}", int(offsets[i]))
+    if int(offsets[-1]) != flat.shape[0]:
+        raise _fail(f"cu_seqlens[{count}]", f"{flat.shape[0]} (the rows of flat)", int(offsets[-1]))
+    bounds = offsets.tolist()
     return [flat[a:b] for a, b in pairwise(bounds)]
 
 
-def _as_tokens(value: object, field: str) -> Array:
-    """A call's token ids as a 1-d int64 array (compared exactly: no float or wrapped uint64 comparison)."""
-    arr = as_numpy(value, field=field)
+def _as_tokens(value: object, field: str, *, limit: int | None = None, prefix: int | None = None) -> Array:
+    """A call's token ids as a 1-d int64 array (compared exactly: no float or wrapped uint64 comparison).
+
+    Sizes are decided before anything is read or converted (a broadcast view may declare any length): more than
+    ``limit`` tokens are refused, and with ``prefix`` only the first ``prefix`` tokens are checked and returned.
+    """
+    arr = _from_caller(value, field)
     if arr.ndim == 1 and arr.size == 0:
         return np.empty(0, dtype=np.int64)  # [] arrives as float64
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise _fail(field, "a 1-d sequence of integer token ids", f"{arr.dtype} {list(arr.shape)}")
+    if limit is not None:
+        check_element_count(arr.shape, limit, field)
+    if prefix is not None:
+        arr = arr[:prefix]
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > _INT64_MAX:
         position = int(np.argmax(arr > _INT64_MAX))
         raise _fail(f"{field}[{position}]", f"a token id <= {_INT64_MAX}", int(arr[position]))
@@ -793,10 +950,14 @@ class RouteTrace:
     Each call returns the rows from some position on (its "prompt start" / ``start_len``, prime-rl's ``start``, or
     0 for a prefill node) to the end of what it forwarded; :meth:`add` places them at that position. Given each
     call's full ``token_ids``, the trace records the trajectory's tokens and refuses a call whose tokens differ
-    from them (a wrong prefix, a branch that was not forked): a row is never stitched onto the wrong token. Rows
-    must continue the trace without a gap; rows that overlap what is recorded are compared, and a difference is
-    a *conflict* (see :meth:`add`). The dtype is fixed by ``num_experts`` when given; otherwise a call that
-    arrives in a wider dtype widens the trace (never truncating an id).
+    from them (a wrong prefix, a branch that was not forked): rows are never stitched onto another token
+    sequence. Token ids do not locate rows: ``routes[0]`` goes to row ``start``, which must be exact. An
+    off-by-one ``start`` shifts the call's rows by one token and shows only as conflicts in the overlap (kept and
+    counted by default when token ids are given): use ``on_conflict="raise"`` where re-prefill is
+    batch-invariant, or monitor :attr:`conflicts`. Rows must continue the trace without a gap; rows that overlap
+    what is recorded are compared, and a difference is a *conflict* (see :meth:`add`). The dtype is fixed by
+    ``num_experts`` when given; otherwise a call that arrives in a wider dtype widens the trace (never truncating
+    an id).
 
     A trace either verifies tokens on every call (the first :meth:`add` gave ``token_ids``) or on none.
 
@@ -887,12 +1048,15 @@ class RouteTrace:
         """How many leading tokens of ``token_ids`` agree with the recorded ones.
 
         With :meth:`fork`, this is "longest matching prefix" branching: ``trace.fork(trace.common_prefix(ids))``
-        is the trace a call with ``ids`` may continue.
+        is the trace a call with ``ids`` may continue. Only the first :attr:`token_ids`-many tokens can agree, so
+        only they are converted and checked (a token past them never changes the answer).
 
         Raises:
-            R3WireError: ``token_ids`` is not a 1-d integer sequence, or the trace has rows but no token ids.
+            R3WireError: ``token_ids`` is not a 1-d integer sequence (or a compared token is negative), or the trace
+                has rows but no token ids.
         """
-        tokens = _as_tokens(token_ids, "token_ids")
+        # Only the tokens that can agree with recorded ones are read: a later one never changes the answer.
+        tokens = _as_tokens(token_ids, "token_ids", prefix=self._n_tokens)
         if self._tokens is None:
             if self._rows:
                 raise _fail("trace", "token ids recorded (pass token_ids to every add)", "rows without token ids")
@@ -940,14 +1104,16 @@ class RouteTrace:
             routes: ``[n, layers, top_k]`` ids (any integer dtype, a torch tensor or nested lists); ``layers``
                 and ``top_k`` as in earlier calls.
             start: the trajectory row the call's first row is; at most :attr:`rows` (no gap). Rows below
-                :attr:`rows` are the overlap with what is recorded.
+                :attr:`rows` are the overlap with what is recorded. It must be exact: ``token_ids`` verify the
+                call's tokens, not this offset, so a wrong ``start`` surfaces only as conflicts in the overlap.
             token_ids: the call's full token sequence (prompt + completion) from trajectory position 0. Must cover
                 the rows (``start + n <= len(token_ids)``) and agree with every recorded token on their common
                 length; tokens past the recorded ones are recorded.
             on_conflict: what to do with overlap rows that differ from the recorded ones. ``"keep"`` keeps the
                 recorded rows (the routing that generated those tokens), ``"replace"`` takes the new ones,
-                ``"raise"`` raises. ``None``: ``"keep"`` when ``token_ids`` proved the overlap aligned, else
-                ``"raise"``. Either way :attr:`conflicts` counts the differing rows.
+                ``"raise"`` raises. ``None``: ``"keep"`` when ``token_ids`` are given (they prove the tokens
+                extend the recorded ones; the rows' offset is ``start``'s), else ``"raise"``. Either way
+                :attr:`conflicts` counts the differing rows.
 
         Raises:
             R3WireError: a bad array or shape, a negative id or one ``>= num_experts``, ``start`` past the end of
@@ -965,9 +1131,9 @@ class RouteTrace:
             if type(start) is int and 0 <= start <= MAX_DIM
             else check_int(start, "start", minimum=0, maximum=MAX_DIM, error=R3WireError)
         )
-        if on_conflict is not None and on_conflict not in _CONFLICT_POLICIES:
+        if on_conflict is not None and not _choice(on_conflict, _CONFLICT_POLICIES):
             raise _fail("on_conflict", "'keep', 'replace', 'raise' or None", describe(on_conflict))
-        tokens = None if token_ids is None else _as_tokens(token_ids, "token_ids")
+        tokens = None if token_ids is None else _as_tokens(token_ids, "token_ids", limit=self._max_elements)
         if self._verified is not None and (tokens is not None) != self._verified:
             if self._verified:
                 raise _fail("token_ids", "the call's token ids (this trace verifies every call's tokens)", "None")
@@ -986,20 +1152,19 @@ class RouteTrace:
                 begin,
             )
         end = begin + arr.shape[0]
+        # Sizes before contents: the token comparison and the range check below read what they are given.
+        check_element_count((max(end, self._rows), *arr.shape[1:]), self._max_elements, "trace")
         if tokens is not None:
             self._check_tokens(tokens, begin, end)
         dtype = self._fixed
         if dtype is not None:
             if buf is None:
                 # Later calls share this top_k (checked above) and the fixed dtype: the filler check holds for them.
-                _check_filler(arr.shape[2], dtype, self._num_experts, "routes.shape[2]")
+                _check_filler(arr.shape[2], dtype, self._num_experts, "routes.shape[2]", trace=True)
             _check_range(arr, self._limit, "routes", expected=self._expected)
         else:
             dtype = self._dtype_with(arr)
             _check_range(arr, _id_limit(dtype, None), "routes", expected=_range_expected(dtype, None))
-        new_tokens = 0 if tokens is None else max(tokens.shape[0], self._n_tokens)
-        check_element_count((max(end, self._rows), *arr.shape[1:]), self._max_elements, "trace")
-        check_element_count((new_tokens,), self._max_elements, "token_ids")
         overlap = min(self._rows - begin, arr.shape[0])
         differing = None
         if buf is not None and overlap > 0:
@@ -1012,7 +1177,9 @@ class RouteTrace:
         if differing is not None and policy == "raise":
             assert buf is not None
             _check_overlap(buf[begin : begin + overlap], arr[:overlap], begin)
-        # Every check passed: from here on the trace changes.
+        # Every check passed. Both buffers are reserved before anything is recorded, so a failed allocation
+        # leaves the trace unchanged.
+        room = None if tokens is None else self._token_room(tokens.shape[0])
         buf = self._reserve(end, arr.shape[1:], dtype)
         if differing is not None:
             self._conflicts += int(np.count_nonzero(differing))
@@ -1024,8 +1191,9 @@ class RouteTrace:
         if end > self._rows:
             np.copyto(buf[self._rows : end], arr[overlap:], casting="unsafe")  # lossless: range-checked
             self._rows = end
-        if tokens is not None:
-            self._record_tokens(tokens)
+        if room is not None:
+            assert tokens is not None
+            self._record_tokens(tokens, room)
         self._verified = tokens is not None
 
     def _add_common(self, routes: object, start: object, token_ids: object, on_conflict: object) -> bool:
@@ -1055,7 +1223,7 @@ class RouteTrace:
                 return False
         elif layers != buf.shape[1] or top_k != buf.shape[2]:
             return False
-        if on_conflict is not None and on_conflict not in _CONFLICT_POLICIES:
+        if on_conflict is not None and not _choice(on_conflict, _CONFLICT_POLICIES):
             return False
         per_row = layers * top_k
         end = start + n
@@ -1074,7 +1242,7 @@ class RouteTrace:
                 tokens, unchecked = token_ids, True
             else:
                 # Routes, start and on_conflict are valid here: an error _as_tokens raises is add()'s first one too.
-                tokens, unchecked = _as_tokens(token_ids, "token_ids"), False
+                tokens, unchecked = _as_tokens(token_ids, "token_ids", limit=limit), False
             count = tokens.shape[0]
             recorded = self._n_tokens
             if end > count or max(count, recorded, 1) > limit:
@@ -1095,7 +1263,12 @@ class RouteTrace:
                 return False
             if dtype.kind == "i" and _MIN(new, None) < 0:
                 return False
-            # Every check passed: from here on the trace changes.
+        # Every check passed. Both buffers are reserved before anything is recorded, so a failed allocation
+        # leaves the trace unchanged.
+        room = self._tokens
+        if tokens is not None and (room is None or tokens.shape[0] > room.shape[0]):
+            room = self._token_room(tokens.shape[0])
+        if end > rows:
             if buf is None or end > buf.shape[0]:
                 buf = self._reserve(end, (layers, top_k), dtype)
             buf[rows:end] = new
@@ -1103,7 +1276,8 @@ class RouteTrace:
         elif buf is None:
             self._reserve(end, (layers, top_k), dtype)  # a first call of no rows still fixes layers and top_k
         if tokens is not None:
-            self._record_tokens(tokens)
+            assert room is not None
+            self._record_tokens(tokens, room)
         self._verified = tokens is not None
         return True
 
@@ -1151,21 +1325,27 @@ class RouteTrace:
         self._shared = False
         return grown
 
-    def _record_tokens(self, tokens: Array) -> None:
+    def _token_room(self, count: int) -> Array:
+        """A token buffer holding the recorded tokens with room for ``count``; the trace is not changed yet."""
+        current = self._tokens
+        if current is not None and count <= current.shape[0]:
+            return current
+        held = 0 if current is None else current.shape[0]
+        capacity = max(count, 2 * held)
+        if self._max_elements is not None:
+            capacity = max(count, min(capacity, self._max_elements))
+        grown = _allocate((capacity,), np.int64, "token_ids")
+        if current is not None:
+            grown[: self._n_tokens] = current[: self._n_tokens]
+        return grown
+
+    def _record_tokens(self, tokens: Array, room: Array) -> None:
+        """Record ``tokens`` into ``room`` (from :meth:`_token_room`); an empty ``tokens`` still marks the trace."""
+        self._tokens = room
         count = tokens.shape[0]
-        if self._tokens is None:
-            self._tokens = np.empty(0, dtype=np.int64)  # recorded, if empty: the trace now verifies tokens
-        if count <= self._n_tokens:
-            return
-        if count > self._tokens.shape[0]:
-            capacity = max(count, 2 * self._tokens.shape[0])
-            if self._max_elements is not None:
-                capacity = max(count, min(capacity, self._max_elements))
-            grown = _allocate((capacity,), np.int64, "token_ids")
-            grown[: self._n_tokens] = self._tokens[: self._n_tokens]
-            self._tokens = grown
-        self._tokens[self._n_tokens : count] = tokens[self._n_tokens :]
-        self._n_tokens = count
+        if count > self._n_tokens:
+            room[self._n_tokens : count] = tokens[self._n_tokens :]
+            self._n_tokens = count
 
     def finalize(self, total_tokens: int | None = None) -> tuple[Array, int]:
         """The trajectory's captured rows and their count, checked against its token count.
@@ -1182,12 +1362,17 @@ class RouteTrace:
             ``(routes, captured_rows)``: ``routes`` ``[captured_rows, layers, top_k]``, trajectory rows
             ``0 .. captured_rows - 1`` in order, in the trace's dtype. It is the trace's own buffer, or a view
             of it (copied to size only if more than an eighth of the buffer is spare capacity); later calls never
-            change it (rows are appended past it, and a ``"replace"`` copies the buffer first).
+            change it (rows are appended past it, and a ``"replace"`` copies the buffer first). It shares memory
+            with the trace, though: writing into it rewrites the recorded rows that later calls are compared
+            with, so modify a copy if you keep adding to the trace.
 
         Raises:
             R3WireError: nothing was added (the shape is unknown), ``total_tokens`` is missing on a trace without
                 token ids, or is smaller than the rows or the recorded token ids.
         """
+        if self._buf is None:
+            # First: without an add, no total_tokens could make this call valid.
+            raise _fail("trace", "at least one add() before finalize() (layers and top_k are unknown)", "none")
         if total_tokens is None:
             if self._tokens is None:
                 raise _fail("total_tokens", "given (this trace recorded no token ids)", "None")
@@ -1196,8 +1381,6 @@ class RouteTrace:
             tokens = total_tokens  # what check_int returns for a plain in-range int (never a bool: type is exact)
         else:
             tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=MAX_DIM, error=R3WireError)
-        if self._buf is None:
-            raise _fail("trace", "at least one add() before finalize() (layers and top_k are unknown)", "none")
         if tokens < max(self._rows, self._n_tokens):
             raise _fail(
                 "total_tokens",

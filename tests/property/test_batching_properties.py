@@ -288,13 +288,25 @@ def _refused(
     return info.value.field
 
 
+def _allocations_failing(field: str) -> Any:
+    """A patch under which every buffer batching allocates for ``field`` fails, as an exhausted memory would."""
+    real = batching._allocate
+
+    def allocate(shape: tuple[int, ...], dtype: Any, name: str) -> Array:
+        if name == field:
+            raise R3WireError.make(name, "an array this process can allocate", "MemoryError")
+        return real(shape, dtype, name)
+
+    return patch.object(batching, "_allocate", allocate)
+
+
 @given(LAYERS_TOP_K, st.data())
 def test_random_multi_turn_trajectories_stitch_like_the_reference(
     row_shape: tuple[int, int], data: st.DataObject
 ) -> None:
     trace, reference = RouteTrace(num_experts=EXPERTS), _Reference()
     for _ in range(data.draw(st.integers(1, 10), label="calls")):
-        op = data.draw(st.sampled_from(["call", "call", "call", "fork", "mismatch", "gap", "overflow"]))
+        op = data.draw(st.sampled_from(["call", "call", "call", "fork", "mismatch", "gap", "overflow", "no memory"]))
         if op == "call":
             # The call's tokens agree with the recorded ones on their common length: a longer conversation, or a
             # re-scored prefix of it.
@@ -342,6 +354,29 @@ def test_random_multi_turn_trajectories_stitch_like_the_reference(
             assert (
                 _refused(trace, reference, routes=routes, start=start, tokens=tokens, row_shape=row_shape) == "routes"
             )
+        elif op == "no memory":
+            # A valid call whose row or token buffer cannot grow (a memory-limited container): refused, and the
+            # trace is as it was; in the trace's dtype with int64 tokens it takes the fast path.
+            tokens = reference.tokens + data.draw(st.lists(TOKENS, max_size=6))
+            start = data.draw(st.integers(0, min(len(reference.rows), len(tokens))))
+            end = data.draw(st.integers(start, len(tokens)))
+            routes = _call_routes(data, reference, start, end, row_shape)
+            fast = data.draw(st.booleans())
+            failing = data.draw(st.sampled_from(["trace", "token_ids"]))
+            refused = None
+            try:
+                with _allocations_failing(failing):
+                    trace.add(
+                        routes.astype(np.uint8) if fast else routes,
+                        start=start,
+                        token_ids=np.array(tokens, dtype=np.int64) if fast else tokens,
+                    )
+            except R3WireError as exc:
+                refused = exc.field
+            if refused is None:
+                reference.add(routes, start, tokens, None)
+            else:
+                assert refused == failing
         _assert_same(trace, reference, row_shape)
 
 
@@ -479,9 +514,15 @@ def test_decoded_payloads_batch_or_raise_without_a_huge_allocation(shape: list[i
         assert peak < (1 << 20) + 4 * copies * count + 3 * LIMIT
 
 
-@given(JSON_VALUES, JSON_VALUES, JSON_VALUES, st.sampled_from(["token_ids", "on_conflict", "start"]))
+# Anything JSON can carry, and arrays of the choices' strings (whose `==` is an array, not a bool).
+ARGUMENTS = st.one_of(
+    JSON_VALUES, st.lists(st.sampled_from(["left", "right", "keep", "raise", "arange", "x"]), max_size=3).map(np.array)
+)
+
+
+@given(ARGUMENTS, ARGUMENTS, ARGUMENTS, st.sampled_from(["token_ids", "on_conflict", "start"]))
 def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, third: Any, which: str) -> None:
-    """Anything JSON can carry, as token ids, offsets, lengths, fill or a policy: accepted or R3WireError."""
+    """Anything JSON can carry, as token ids, offsets, lengths, fill, side or a policy: accepted or R3WireError."""
     trace = RouteTrace(num_experts=EXPERTS)
     routes = np.zeros((1, 1, 1), dtype=np.uint8)
     kwargs: dict[str, Any] = {"start": 0, "token_ids": [5, 6]}
@@ -493,6 +534,8 @@ def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, thi
         lambda: pad_sequences([np.zeros(2)], offsets=first, token_lengths=second, fill=third),
         lambda: pad_sequences(first, max_len=second),
         lambda: pad_routes([routes], token_lengths=first, max_len=second, fill=third),
+        lambda: pad_routes([routes], side=first, fill=second),
+        lambda: pad_sequences([np.zeros(2)], side=first),
         lambda: pack_routes([routes], max_elements=first),
         lambda: RouteTrace(max_elements=first),
     ]
@@ -708,3 +751,87 @@ def test_large_overlaps_are_compared_exactly(dtype: str, extra: int, layout: str
     trace.add(recorded, start=0)
     trace.add(call, start=0, on_conflict="keep")
     assert trace.conflicts == 1
+
+
+@given(st.integers(1, 4), st.integers(1, 5), st.data())
+def test_out_that_shares_memory_with_a_sample_is_refused_never_half_read(
+    batch: int, width: int, data: st.DataObject
+) -> None:
+    """Samples cut from ``out`` itself (a reused buffer): refused, or (no sample inside out) padded exactly."""
+    out = data.draw(hnp.arrays(np.int64, (batch, width), elements=st.integers(0, 9)))
+    values: list[Array] = []
+    for _ in range(batch):
+        row, stop = data.draw(st.integers(0, batch - 1)), data.draw(st.integers(0, width))
+        values.append(out[row, :stop] if data.draw(st.booleans()) else out[row, :stop].copy())
+    copies = [v.copy() for v in values]
+    expected, expected_mask = pad_sequences(copies, max_len=width, fill=-1)
+    if any(np.shares_memory(v, out) for v in values):
+        with pytest.raises(R3WireError) as info:
+            pad_sequences(values, max_len=width, fill=-1, out=out)
+        assert info.value.field == "out"
+    else:
+        padded, mask = pad_sequences(values, max_len=width, fill=-1, out=out)
+        assert np.array_equal(padded, expected)
+        assert np.array_equal(mask, expected_mask)
+    routes_out = np.zeros((batch, width, 1, 1), dtype=np.uint8)
+    # A sample with no rows reads nothing: it may be an empty view of out.
+    samples = [routes_out[i % batch, : data.draw(st.integers(1, width))] for i in range(batch)]
+    with pytest.raises(R3WireError) as info:
+        pad_routes(samples, max_len=width, out=routes_out, num_experts=16)
+    assert info.value.field == "out"
+
+
+# Python ints around the int64 and uint64 edges, where NumPy turns a nested list into float64 or object.
+EDGE_INTS = st.one_of(
+    st.integers(-3, 3),
+    st.integers(2**53 - 2, 2**53 + 2),
+    st.integers(2**63 - 2, 2**63 + 2),
+    st.integers(2**64 - 2, 2**64 + 2),
+    st.integers(-(2**63) - 2, -(2**63) + 2),
+)
+
+
+def _attempt(call: Callable[[], Any]) -> tuple[Any, str | None]:
+    """``call()``'s result and None, or None and the R3WireError's field and message."""
+    try:
+        return call(), None
+    except R3WireError as exc:
+        return None, f"{exc.field}: {exc}"
+
+
+@given(st.lists(st.lists(EDGE_INTS, max_size=4), max_size=4))
+def test_int_lists_pad_exactly_or_are_refused(samples: list[list[int]]) -> None:
+    """Nested lists of ints (empty ones too): every value padded exactly, or R3WireError; never a rounded value.
+
+    A batch whose ints all fit int64 is padded; one that needs uint64 beside small ints may be refused (NumPy
+    makes such a list float64), but then the message says so instead of naming a float dtype nobody passed.
+    """
+    in_int64 = [all(-(2**63) <= v < 2**63 for v in sample) for sample in samples]
+    result, refused = _attempt(lambda: pad_sequences(samples, side="right"))
+    if refused is None:
+        padded, mask = result
+        for i, sample in enumerate(samples):
+            assert [int(x) for x in padded[i][~mask[i]]] == sample
+    else:
+        assert not all(in_int64)
+        assert refused.startswith("values[")
+        assert "got float64" not in refused
+    # Lists of [[id]] rows (an empty list is no [rows, layers, top_k] array: its shape is refused).
+    routes = [rows for rows in ([[[v]] for v in sample if v >= 0] for sample in samples) if rows]
+    result, refused = _attempt(lambda: pad_routes(routes, side="right"))
+    if refused is None:
+        padded, mask = result
+        for i, rows in enumerate(routes):
+            assert [int(x) for x in padded[i][~mask[i]].ravel()] == [row[0][0] for row in rows]
+    else:
+        assert any(row[0][0] >= 2**63 for rows in routes for row in rows)
+        assert "got float64" not in refused
+    tokens = [v for sample in samples for v in sample if v >= 0]
+    trace = RouteTrace()
+    _, refused = _attempt(lambda: trace.add(np.zeros((0, 1, 1), np.uint8), start=0, token_ids=tokens))
+    if refused is None:
+        assert trace.token_ids is not None
+        assert trace.token_ids.tolist() == tokens
+    else:
+        assert max(tokens) >= 2**63
+        assert "got float64" not in refused
