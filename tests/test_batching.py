@@ -1399,7 +1399,8 @@ def test_int_lists_numpy_would_round_through_float64_are_refused(values: list[in
 
 def test_masked_arrays_are_refused_everywhere() -> None:
     # A masked -1 would wrap to 255 in a uint8 batch and a masked 200 pass num_experts=16 (review 13 #1).
-    masked = np.ma.array(np.array([[[1, -1]]], dtype=np.int16), mask=[[[False, True]]])
+    ma: Any = np.ma  # untyped in NumPy 1.24's stubs
+    masked = ma.array(np.array([[[1, -1]]], dtype=np.int16), mask=[[[False, True]]])
     calls: list[tuple[str, Callable[[], object]]] = [
         ("samples[0]", lambda: pad_routes([masked], num_experts=16)),
         ("samples[0]", lambda: pack_routes([masked], num_experts=16)),

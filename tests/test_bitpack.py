@@ -170,9 +170,12 @@ def test_bad_count(count: Any) -> None:
 def test_count_may_be_a_numpy_integer() -> None:
     ids = _ids(600, 9)
     stream = pack_bits(ids, 9)
-    for count in (np.int64(600), np.uint16(600)):
+    counts: list[Any] = [np.int64(600), np.uint16(600)]  # typed loosely: NumPy 1.24's stubs have no int here
+    for count in counts:
         assert unpack_bits(stream, count, 9, np.int16).tolist() == ids.tolist()
-    assert packed_nbytes(np.int32(8), np.uint8(9)) == 9
+    eight: Any = np.int32(8)
+    nine: Any = np.uint8(9)
+    assert packed_nbytes(eight, nine) == 9
 
 
 @pytest.mark.parametrize(

@@ -674,7 +674,8 @@ def test_the_dtype_message_names_what_each_call_takes() -> None:
 def test_an_extended_precision_floor_that_float64_would_round_is_refused() -> None:
     if np.finfo(np.longdouble).eps >= np.finfo(np.float64).eps:
         pytest.skip("long double is float64 on this platform")
-    above_one = np.longdouble(1) + np.finfo(np.longdouble).eps
+    above_one: Any = np.longdouble(1) + np.finfo(np.longdouble).eps  # floor is typed float; any real is taken
     with pytest.raises(R3WireError, match=r"^floor must be a value exactly representable as a float64"):
         encode_logprobs([1.0], floor=above_one)
-    assert encode_logprobs([1.0], floor=np.longdouble(-5.5))["dtype"] == "float64"
+    exact: Any = np.longdouble(-5.5)
+    assert encode_logprobs([1.0], floor=exact)["dtype"] == "float64"

@@ -80,7 +80,7 @@ def _check_bool_bytes(arr: np.ndarray[Any, Any]) -> None:
     Raises:
         EncodeError: naming the first such element and its byte.
     """
-    raw = arr.view(np.uint8)
+    raw: np.ndarray[Any, Any] = arr.view(np.uint8)  # Any: the stubs of NumPy 2.5 cannot pick a max() overload
     if raw.size and int(raw.max()) > 1:
         flat = int(np.flatnonzero(raw.reshape(-1) > 1)[0])  # reshape copies only a non-contiguous array
         where = [int(i) for i in np.unravel_index(flat, arr.shape)]
