@@ -40,6 +40,12 @@ def as_numpy(obj: object, *, field: str) -> np.ndarray[Any, Any]:
         raise EncodeError.make(
             field, "an array (NumPy array, torch tensor or nested lists)", type(obj).__name__, raw=True
         )
+    if isinstance(obj, (list, tuple)) and any(isinstance(item, np.ma.MaskedArray) for item in obj):
+        # np.asarray keeps a masked item's hidden values and drops its mask.
+        raise EncodeError.make(
+            field, "an array without a mask (send arr.filled(value), or the mask as its own array)",
+            "a sequence holding a numpy.ma.MaskedArray", raw=True,
+        )  # fmt: skip
     try:
         return np.asarray(obj)
     except (ValueError, TypeError, OverflowError) as exc:

@@ -190,12 +190,17 @@ def as_text(data: object, field: str | None, expected: str, *, buffers: bool = T
         return data  # type: ignore[return-value]  # exactly one of the three
     if isinstance(data, str):
         return str.__str__(data)  # a plain copy of the characters: a subclass may override __str__ itself
-    if not buffers and not isinstance(data, memoryview):
+    if isinstance(data, (bytes, bytearray)):
+        return memoryview(data)  # a subclass (np.bytes_): its bytes, not copied
+    if isinstance(data, np.generic) or (not buffers and not isinstance(data, memoryview)):
+        # A NumPy scalar has a buffer too: np.uint8(49) is not the text "1".
         raise DecodeError.make(field, expected, cls.__name__, raw=True)
     try:
         view = memoryview(data)  # type: ignore[arg-type]  # any object with a buffer; checked here
     except TypeError:
         raise DecodeError.make(field, expected, cls.__name__, raw=True) from None
+    except ValueError as exc:  # a released memoryview, a closed mmap
+        raise DecodeError.make(field, expected, f"{cls.__name__} ({exc})", raw=True) from None
     if view.format.lstrip("@=<>!") not in _BYTE_FORMATS or (not buffers and view.ndim != 1):
         got = f"a {view.ndim}-d {cls.__name__} of format {view.format!r}"
         raise DecodeError.make(field, f"{expected}: a 1-d buffer of bytes", got, raw=True)

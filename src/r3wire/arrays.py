@@ -26,6 +26,8 @@ def _allowed(dtypes: Iterable[str] | None) -> tuple[str, ...]:
     if isinstance(dtypes, str):  # a lone string is a collection of characters: almost certainly a mistake
         dtypes = (dtypes,)
     given: object = dtypes  # callers outside the type checker pass anything
+    if isinstance(given, (bytes, bytearray, memoryview)):  # iterating these gives ints, not names
+        raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", given)
     try:
         names: tuple[object, ...] = tuple(given)  # type: ignore[arg-type]  # once: a generator is used up
     except TypeError:
@@ -85,7 +87,7 @@ def _check_bool_bytes(arr: np.ndarray[Any, Any]) -> None:
         flat = int(np.flatnonzero(raw.reshape(-1) > 1)[0])  # reshape copies only a non-contiguous array
         where = [int(i) for i in np.unravel_index(flat, arr.shape)]
         raise EncodeError.make(
-            f"array{where}",
+            f"array{where}" if where else "array",
             "a bool stored as byte 0 or 1 (arr.view(np.uint8) != 0 makes one)",
             int(raw.reshape(-1)[flat]),
         )

@@ -99,7 +99,8 @@ def _from_caller(value: object, field: str) -> Array:
     kind = arr.dtype.kind
     if kind not in "fO" or not arr.size or not isinstance(value, Sequence):
         return arr
-    if kind == "O" or (arr.dtype == np.float64 and max(_MAX(arr, None), -_MIN(arr, None)) >= _EXACT_FLOAT):
+    # abs() >= 2**53 rather than max/min: a NaN would make both comparisons false and hide a large int beside it.
+    if kind == "O" or (arr.dtype == np.float64 and bool((np.abs(arr) >= _EXACT_FLOAT).any())):
         _check_exact_ints(value, arr.dtype, field)
     return arr
 
@@ -120,8 +121,8 @@ def _check_exact_ints(value: object, dtype: np.dtype[Any], field: str) -> None:
         )
     for item in ints:
         try:
-            exact = float(item) == item
-        except OverflowError:
+            exact = int(float(item)) == int(item)  # as Python ints: np.int64 == float compares as floats
+        except (OverflowError, ValueError):
             exact = False
         if not exact:
             raise _fail(field, "numbers float64 holds exactly", f"the integer {describe(int(item))} among floats")
@@ -1181,12 +1182,15 @@ class RouteTrace:
         # leaves the trace unchanged.
         room = None if tokens is None else self._token_room(tokens.shape[0])
         buf = self._reserve(end, arr.shape[1:], dtype)
+        if differing is not None and policy == "replace" and self._shared:
+            # finalize() handed this buffer out: "replace" writes into a copy, made (or refused) before any count.
+            fresh = _allocate(buf.shape, buf.dtype, "trace")
+            fresh[: self._rows] = buf[: self._rows]
+            self._buf = buf = fresh
+            self._shared = False
         if differing is not None:
             self._conflicts += int(np.count_nonzero(differing))
             if policy == "replace":
-                if self._shared:
-                    self._buf = buf = buf.copy()
-                    self._shared = False
                 np.copyto(buf[begin : begin + overlap], arr[:overlap], casting="unsafe")  # lossless: checked
         if end > self._rows:
             np.copyto(buf[self._rows : end], arr[overlap:], casting="unsafe")  # lossless: range-checked

@@ -249,7 +249,7 @@ def _output(out: np.ndarray[Any, Any] | None, nbytes: int) -> np.ndarray[Any, np
         raise EncodeError.make("out", expected, "a read-only or non-contiguous array", raw=True)
     if out.dtype.hasobject:  # its memory holds pointers: the stream written over them would corrupt the array
         raise EncodeError.make("out", f"{expected} of a dtype without objects", "an object array", raw=True)
-    stream = out.reshape(-1).view(np.uint8)
+    stream = out.view(np.ndarray).reshape(-1).view(np.uint8)  # a subclass (np.matrix) would stay 2-d
     if stream.size != nbytes:
         raise EncodeError.make("out", f"{nbytes} bytes", f"{stream.size} bytes", raw=True)
     return stream
@@ -367,7 +367,8 @@ def unpack_bits(
     Raises:
         DecodeError: ``count`` or ``bits`` is out of range, the buffer is not a C-contiguous bytes-like object or
             has the wrong length, or a pad bit is set.
-        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids, or ``field`` is not a string.
+        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids, ``field`` is not a string, or
+            this process cannot allocate ``count`` ids.
     """
     count, bits, out_dtype = _unpack_arguments(count, bits, dtype, field)
     nbytes = _nbytes(count, bits)
@@ -386,7 +387,10 @@ def _stream(buffer: object, field: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
         if not buffer.flags.c_contiguous or buffer.dtype.hasobject:
             what = "an object array" if buffer.dtype.hasobject else f"a non-C-contiguous array of {buffer.dtype}"
             raise DecodeError.make(field, expected, what, raw=True)
-        stream: np.ndarray[Any, np.dtype[np.uint8]] = buffer.reshape(-1).view(np.uint8)
+        if isinstance(buffer, np.ma.MaskedArray):
+            raise DecodeError.make(field, expected, "a masked array (its mask is no part of a stream)", raw=True)
+        # A plain view first: a subclass (np.matrix) keeps its own shape rules through reshape and view.
+        stream: np.ndarray[Any, np.dtype[np.uint8]] = buffer.view(np.ndarray).reshape(-1).view(np.uint8)
         return stream
     try:
         # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
@@ -414,7 +418,8 @@ def unpack_bits_from(
         DecodeError: ``read`` is not callable, ``count`` or ``bits`` is out of range, ``read`` returns something
             other than exactly the bytes asked for (named as ``field``), or a pad bit is set (and whatever
             ``read`` raises).
-        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids, or ``field`` is not a string.
+        R3WireError: ``dtype`` is not an integer dtype that holds ``bits``-bit ids, ``field`` is not a string, or
+            this process cannot allocate ``count`` ids.
     """
     if not callable(read):
         raise DecodeError.make("read", "a callable read(start, stop) returning those bytes", read)
@@ -472,7 +477,10 @@ def _unpack(
     plan = _plan(bits)
     groups = -(-count // 8)
     whole = nbytes // bits  # groups wholly inside the stream; only the last one can be short
-    out = np.empty(groups * 8, dtype=out_dtype)
+    try:
+        out = np.empty(groups * 8, dtype=out_dtype)
+    except MemoryError:  # a count within the limits that this process cannot hold
+        raise R3WireError.make("count", "a count whose ids this process can allocate", count) from None
     chunk = max(1, min(groups, _CHUNK_GROUPS))
     scratch = _Scratch(plan, chunk)
     for start in range(0, whole, chunk):

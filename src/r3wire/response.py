@@ -147,17 +147,65 @@ class _TupleList(list[Any]):
     """A tuple of a parsed document, copied as a list so that envelopes in it are decoded in place; made a tuple
     again afterwards (JSON has no tuples, but a document built in Python may)."""
 
+    __slots__ = ("origin",)
+
+    def __init__(self, origin: tuple[Any, ...]) -> None:
+        super().__init__(origin)
+        self.origin = origin
+
+    def rebuilt(self) -> tuple[Any, ...]:
+        """The tuple again: the caller's own when nothing in it changed, a namedtuple of its class when it is one
+        (another tuple subclass, whose constructor cannot be known, comes back as a tuple)."""
+        origin = self.origin
+        if len(self) == len(origin) and all(a is b for a, b in zip(self, origin, strict=True)):
+            return origin
+        cls = type(origin)
+        make = getattr(cls, "_make", None) if cls is not tuple else None
+        if callable(make):
+            try:
+                made = make(self)
+            except (TypeError, ValueError):
+                made = None
+            if isinstance(made, cls):
+                return made
+        return tuple(self)
+
 
 _CONTAINER_TYPES: Final = frozenset({dict, list, _TupleList})
 
 
-def _null(_: object) -> None:
-    return None
+def _dataclass_members(value: Any) -> dict[str, Any] | None:
+    """The members orjson writes for a dataclass instance, or None where orjson itself would refuse it.
+
+    orjson's rule (ijl/orjson, ``src/serialize/per_type/dataclass.rs``, read at commit 27edea92): the instance's
+    ``__dict__`` items, unless its class defines ``__slots__`` or it has no ``__dict__``; then its fields
+    (``dataclasses.fields``: no ClassVar or InitVar) read with ``getattr``. Either way a name starting with
+    ``_`` is skipped. Read directly, not by serializing the instance: nested dataclasses made that quadratic.
+    """
+    state = getattr(value, "__dict__", None)
+    if isinstance(state, dict) and "__slots__" not in type(value).__dict__:
+        if not all(type(name) is str and name for name in state):
+            return None
+        return {name: item for name, item in state.items() if not name.startswith("_")}
+    members: dict[str, Any] = {}
+    for field in dataclasses.fields(value):
+        if field.name.startswith("_"):
+            continue
+        try:
+            members[field.name] = getattr(value, field.name)
+        except Exception:  # an unset slot or a failing descriptor: orjson's to report
+            return None
+    return members
+
+
+_ENUM_DEPTH: Final = 16
 
 
 def _json_name(value: object) -> str | None:
     """The string orjson writes for ``value`` when it writes one (a str, a str subclass, an enum of either), or None."""
-    while isinstance(value, enum.Enum):
+    for _ in range(_ENUM_DEPTH):  # bounded: an enum's value may be (or return) an enum again
+        if not isinstance(value, enum.Enum) or isinstance(value, str):
+            break
         value = value.value
     return str.__str__(value) if isinstance(value, str) else None
 
@@ -310,6 +358,8 @@ class _Writer:
             return self._dict(value)
         if isinstance(value, (list, tuple)):
             return self._list(value)
+        if isinstance(value, (str, int)):
+            return value  # orjson writes a str or int subclass (an IntEnum, a dataclass on int) as the str or int
         if isinstance(value, enum.Enum):
             return self.value(value.value, kind)  # orjson writes a member as its value: check that value
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -337,15 +387,8 @@ class _Writer:
         """A dataclass instance as the object orjson writes for it, so that its members are checked like a dict's."""
         if self.option & orjson.OPT_PASSTHROUGH_DATACLASS:
             return value  # the caller asked orjson to refuse dataclasses
-        # orjson's own choice of members (it skips some, e.g. names starting with "_"), read from what it writes
-        # with every value it cannot write as null: the members' values are then checked here as a dict's.
-        try:
-            names = orjson.loads(orjson.dumps(value, default=_null))
-        except orjson.JSONEncodeError:
-            return value  # orjson refuses it when it writes the document, with its own message
-        state = getattr(value, "__dict__", {})
-        members = {name: state[name] if name in state else getattr(value, name) for name in names}
-        return self._dict(members)
+        members = _dataclass_members(value)
+        return value if members is None else self._dict(members)
 
     def _dict(self, mapping: dict[Any, Any]) -> dict[Any, Any]:
         schema = mapping.get(KEY_SCHEMA)
@@ -759,7 +802,7 @@ def _locate(root: object, target: object) -> list[object] | None:
             return parts[::-1]
         if type(node) is dict:
             stack.extend((item, (link, key)) for key, item in node.items() if isinstance(item, (dict, list)))
-        elif type(node) is list:
+        elif type(node) is list or type(node) is _TupleList:
             stack.extend((item, (link, i)) for i, item in enumerate(node) if isinstance(item, (dict, list)))
     return None
 
@@ -1119,6 +1162,8 @@ def _copy_containers(root: Any) -> tuple[Any, bool]:
 
 def _tuples_back(root: Any) -> Any:
     """Turn every :class:`_TupleList` of a decoded copy back into a tuple, innermost first."""
+    if type(root) not in _CONTAINER_TYPES:
+        return root  # e.g. the array a root envelope decoded to
     order: list[Any] = []
     stack = [root]
     while stack:
@@ -1130,8 +1175,8 @@ def _tuples_back(root: Any) -> Any:
         items = list(node.items()) if type(node) is dict else list(enumerate(node))
         for key, item in items:
             if type(item) is _TupleList:
-                node[key] = tuple(item)
-    return tuple(root) if type(root) is _TupleList else root
+                node[key] = item.rebuilt()
+    return root.rebuilt() if type(root) is _TupleList else root
 
 
 def _as_text(data: object) -> bytes | bytearray | memoryview | str:
@@ -1140,7 +1185,7 @@ def _as_text(data: object) -> bytes | bytearray | memoryview | str:
     Raises:
         DecodeError: not text, or a buffer that is not contiguous bytes.
     """
-    return as_text(data, "$", "JSON text (bytes-like or str) or a parsed document (dict or list)")
+    return as_text(data, "$", "JSON text (bytes-like or str) or a parsed document (dict, list or tuple)")
 
 
 def loads(

@@ -57,6 +57,11 @@ _VERSION_TEXT: Final = re.compile(r"r3/v([0-9]{1,9})")
 MATRIX_DTYPES: Final = ("uint8", "uint16")
 
 
+# The per-token list holds one entry per token: 2**24 (16.8M tokens, far past any context window) keeps it under
+# 128 MiB of pointers even when layers x top_k is 1, where the element limit alone would allow 2**30 entries.
+MAX_MATRIX_TOKENS: Final = 1 << 24
+
+
 def read_fireworks_trace(payload: object, opts: ReadOptions) -> ReadResult:
     """Read the trace API's ``{"manifest": {"PayloadVersion", "Compression"}, "data"}`` wrapper.
 
@@ -201,13 +206,13 @@ def write_fireworks_matrices(routes: object, opts: WriteOptions) -> list[str | N
         raise EncodeError.make("total_tokens", f"at least start + rows = {first + rows}", total)
     # One list entry per token: no more tokens than the reader accepts by default (tokens x layers x top_k within
     # DEFAULT_MAX_ELEMENTS), so a large start or total_tokens is refused here instead of exhausting memory.
-    most = DEFAULT_MAX_ELEMENTS // max(1, layers * top_k)
+    most = min(DEFAULT_MAX_ELEMENTS // max(1, layers * top_k), MAX_MATRIX_TOKENS)
     if total > most:
         field = "total_tokens" if opts.total_tokens is not None else "start" if first else "routes"
         raise EncodeError.make(
             field,
             f"a sequence of at most {most} tokens ({layers} layers x {top_k} top_k per token, within the readers' "
-            f"default max_elements = {DEFAULT_MAX_ELEMENTS})",
+            f"default max_elements = {DEFAULT_MAX_ELEMENTS}, and at most {MAX_MATRIX_TOKENS} list entries)",
             f"{total} tokens",
             raw=True,
         )
