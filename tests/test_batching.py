@@ -905,6 +905,36 @@ def test_conflicts_replace_takes_the_new_rows_and_never_changes_a_finalized_arra
     assert np.array_equal(trace.finalize()[0], second)
 
 
+def test_a_replace_that_cannot_copy_the_finalized_buffer_changes_nothing() -> None:
+    full, tokens = _routes(9), _tokens(10)
+    trace = RouteTrace(num_experts=16)
+    trace.add(full, start=0, token_ids=tokens)
+    finalized, _ = trace.finalize()  # a view of the buffer: "replace" must copy it first
+    snapshot = finalized.copy()
+
+    def no_memory(*args: Any, **kwargs: Any) -> Any:
+        raise MemoryError
+
+    with patch("r3wire.batching.np.empty", no_memory), pytest.raises(R3WireError) as info:
+        trace.add(_drifted(full, [2])[2:5], start=2, token_ids=tokens, on_conflict="replace")
+    assert info.value.field == "trace"
+    assert trace.conflicts == 0  # counted only once the copy exists
+    assert np.array_equal(finalized, snapshot)
+    assert np.array_equal(trace.finalize()[0], full)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        [[float("nan"), 2**53 + 1]],  # a NaN made the magnitude check miss the int beside it
+        [[np.int64(2**53 + 1), 0.5]],  # a NumPy int compared equal to its rounded float
+    ],
+)
+def test_ints_that_float64_rounds_are_refused_even_beside_nan_or_as_numpy_ints(values: Any) -> None:
+    with pytest.raises(R3WireError, match=r"^values\[0\] must be numbers float64 holds exactly"):
+        pad_sequences(values)
+
+
 def test_conflicts_raise_without_token_proof_or_when_asked() -> None:
     full = _routes(9)
     trace = RouteTrace(num_experts=16)

@@ -368,3 +368,27 @@ def test_packed_envelope_decode_holds_no_stream_sized_buffer() -> None:
     large, stream = _decode_overhead(16384)
     assert large < stream
     assert large <= small + (1 << 20)
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")  # NumPy's word on np.matrix itself
+def test_subclass_buffers_are_read_as_their_bytes_and_masked_ones_refused() -> None:
+    ids = _ids(600, 9)
+    stream = pack_bits(ids, 9)
+    matrix: Any = np.asmatrix(stream)  # 2-d by its class's rules: reshape(-1) alone keeps it a matrix
+    assert unpack_bits(matrix, 600, 9, np.int16).tolist() == ids.tolist()
+    out: Any = np.asmatrix(np.zeros(packed_nbytes(600, 9), np.uint8))
+    written = pack_bits(ids, 9, out=out)
+    assert written.ndim == 1
+    assert written.tobytes() == stream.tobytes()
+    ma: Any = np.ma
+    with pytest.raises(DecodeError, match="masked array"):
+        unpack_bits(ma.masked_array(stream), 600, 9, np.int16)
+
+
+def test_a_count_this_process_cannot_hold_is_refused_by_name() -> None:
+    def never(start: int, stop: int) -> bytes:  # the output is allocated before anything is read
+        raise AssertionError
+
+    with pytest.raises(R3WireError, match=r"^count must be a count whose ids this process can allocate") as info:
+        bitpack.unpack_bits_from(never, 2**56, 9, np.int16)
+    assert info.value.field == "count"

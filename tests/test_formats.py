@@ -400,6 +400,16 @@ def test_fireworks_matrices_never_list_more_tokens_than_their_reader_takes() -> 
         assert info.value.field == field
 
 
+def test_fireworks_matrices_hold_at_most_2_24_entries_even_at_one_element_per_token() -> None:
+    from r3wire.formats._fireworks_trace import MAX_MATRIX_TOKENS
+
+    routes = np.zeros((1, 1, 1), dtype=np.uint8)  # the element bound alone would allow a 2**30-entry list (8 GiB)
+    with pytest.raises(EncodeError, match=rf"at most {MAX_MATRIX_TOKENS} list entries") as info:
+        write(routes, "fireworks-matrices", start=MAX_MATRIX_TOKENS)
+    assert info.value.field == "start"
+    assert MAX_MATRIX_TOKENS == 2**24
+
+
 def test_fireworks_refuses_a_frame_declaring_too_much() -> None:
     zstandard = pytest.importorskip("zstandard")
     from r3wire.formats import MAX_DECOMPRESSED_BYTES

@@ -4,13 +4,14 @@ logprob safety, parsed input and threads (issues 11 and 12)."""
 from __future__ import annotations
 
 import array
+import collections
 import dataclasses
 import enum
 import logging
 import math
 import threading
 import tracemalloc
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import orjson
@@ -459,3 +460,104 @@ def test_envelopes_inside_tuples_of_a_parsed_document_are_decoded_and_tuples_kep
     assert type(root) is tuple
     assert np.array_equal(root[0], BIG[:2])
     assert root[1] == 1
+
+
+# --- second review round: how dataclasses, tuples and odd text objects are read ---
+
+
+@dataclasses.dataclass
+class _Plain:
+    a: int = 1
+    _hidden: int = 2
+    later: int = dataclasses.field(default=3, init=False)  # a class attribute: not in __dict__
+    shared: ClassVar[int] = 4
+    seed: dataclasses.InitVar[int] = 5
+
+    def __post_init__(self, seed: int) -> None:
+        self.extra = seed  # not a field, but in __dict__
+
+
+@dataclasses.dataclass(slots=True)
+class _Slotted:
+    z: int = 1
+    _y: int = 2
+    f: float = 0.5
+
+
+@dataclasses.dataclass
+class _Child(_Plain):
+    b: str = "x"
+
+
+@dataclasses.dataclass
+class _Node:
+    child: Any = None
+    x: float = 1.0
+
+
+def test_dataclass_members_are_the_ones_orjson_writes() -> None:
+    for value in (_Plain(), _Slotted(), _Child(), _Node(_Node())):
+        assert r3wire.dumps({"v": value}) == orjson.dumps({"v": value})
+
+
+def test_nested_dataclasses_cost_what_their_members_cost() -> None:
+    node = None
+    for _ in range(200):  # serializing each subtree to learn its members made this quadratic (seconds, GBs)
+        node = _Node(node)
+    tracemalloc.start()
+    try:
+        assert r3wire.dumps({"n": node}) == orjson.dumps({"n": node})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20
+    with pytest.raises(EncodeError, match=r"^\$\.n\.child\.x must be a finite number"):
+        r3wire.dumps({"n": _Node(_Node(None, math.nan))}, option=orjson.OPT_NON_STR_KEYS)
+
+
+def test_a_dataclass_on_int_is_written_as_its_int() -> None:
+    @dataclasses.dataclass(eq=False)
+    class Count(int):
+        pass
+
+    count = int.__new__(Count, 5)
+    assert r3wire.dumps({"c": count}) == orjson.dumps({"c": count}) == b'{"c":5}'
+
+
+def test_loads_keeps_tuple_kinds_and_names_paths_inside_tuples() -> None:
+    point = collections.namedtuple("point", "a b")
+    envelope = encode_routes(BIG[:2])
+    untouched = point(1, "x")
+    out = r3wire.loads({"p": untouched, "q": point(envelope, 3)})
+    assert out["p"] is untouched  # nothing in it changed: the caller's own tuple
+    assert type(out["q"]) is point
+    assert np.array_equal(out["q"].a, BIG[:2])
+    bad = dict(envelope, data="!!!!")
+    with pytest.raises(DecodeError) as info:
+        r3wire.loads({"t": (1, bad)})
+    assert str(info.value.field).startswith("$.t[1].data")
+
+
+def test_a_root_envelope_holding_tuples_decodes_to_its_array() -> None:
+    for values in (np.zeros((), np.uint8), np.arange(12, dtype=np.int32).reshape(3, 4)):
+        envelope = dict(r3wire.encode_array(values), shape=tuple(values.shape))
+        assert np.array_equal(r3wire.loads(envelope), values)
+
+
+def test_odd_text_objects() -> None:
+    envelope = dict(encode_routes(BIG[:2]))
+    envelope["data"] = np.bytes_(envelope["data"].encode())  # a bytes subclass is its bytes
+    assert np.array_equal(decode_routes(envelope), BIG[:2])
+    with pytest.raises(DecodeError, match=r"^\$ must be JSON text.*got uint8$"):
+        r3wire.loads(np.uint8(49))  # a NumPy scalar has a buffer, but is not the text "1"
+    released = memoryview(b"{}")
+    released.release()
+    with pytest.raises(DecodeError, match="released"):
+        r3wire.loads(released)
+
+
+def test_masked_items_of_a_sequence_are_refused() -> None:
+    ma: Any = np.ma
+    masked = ma.masked_array(np.array([[1, -1]], np.int16), mask=[[False, True]])
+    with pytest.raises(EncodeError, match=r"^routes must be an array without a mask"):
+        encode_routes([masked])
