@@ -561,3 +561,16 @@ def test_masked_items_of_a_sequence_are_refused() -> None:
     masked = ma.masked_array(np.array([[1, -1]], np.int16), mask=[[False, True]])
     with pytest.raises(EncodeError, match=r"^routes must be an array without a mask"):
         encode_routes([masked])
+
+
+def test_an_enum_whose_value_is_itself_is_refused_not_looped_on() -> None:
+    class Loop(enum.Enum):
+        A = 1
+
+        @property
+        def value(self) -> Any:  # the pathological case: it never reaches a value
+            return self
+
+    for doc in ({"schema": Loop.A}, {"x": Loop.A}):  # orjson itself crashes on this enum: it must not see it
+        with pytest.raises(EncodeError, match="nesting too deep"):
+            r3wire.dumps(doc)
