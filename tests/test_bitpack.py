@@ -380,9 +380,13 @@ def test_subclass_buffers_are_read_as_their_bytes_and_masked_ones_refused() -> N
     written = pack_bits(ids, 9, out=out)
     assert written.ndim == 1
     assert written.tobytes() == stream.tobytes()
+    for count in (3, 600):  # the small path and the chunked one
+        assert pack_bits(np.asmatrix(ids[:count]), 9).tobytes() == pack_bits(ids[:count], 9).tobytes()
     ma: Any = np.ma
     with pytest.raises(DecodeError, match="masked array"):
         unpack_bits(ma.masked_array(stream), 600, 9, np.int16)
+    with pytest.raises(EncodeError, match="without a mask"):
+        pack_bits(ma.masked_array(ids), 9)
 
 
 def test_a_count_this_process_cannot_hold_is_refused_by_name() -> None:

@@ -191,6 +191,9 @@ def pack_bits(
     if not isinstance(given, np.ndarray) or given.dtype.kind not in "iu":
         got = given.dtype if isinstance(given, np.ndarray) else type(given).__name__
         raise EncodeError.make("ids", "an integer NumPy array", str(got), raw=True)
+    if isinstance(ids, np.ma.MaskedArray):  # its hidden values would be packed and its mask lost
+        raise EncodeError.make("ids", "an integer NumPy array without a mask", "a numpy.ma.MaskedArray", raw=True)
+    ids = ids if type(ids) is np.ndarray else ids.view(np.ndarray)  # a subclass (np.matrix) keeps its own shape rules
     if not isinstance(checked, (bool, np.bool_)):
         raise EncodeError.make("checked", "a bool", checked)
     # Checked even when ``checked`` makes it unused: a bad bound is the caller's mistake whichever path runs.
