@@ -216,8 +216,6 @@ def byte_text(payload: Text, field: str | None) -> Text:
     Raises:
         DecodeError: naming ``field``, for a non-contiguous, multi-dimensional or wider-than-a-byte memoryview.
     """
-    if type(payload) in (str, bytes, bytearray):
-        return payload
     return as_text(payload, field, "text", buffers=False)
 
 

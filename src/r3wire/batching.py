@@ -1269,9 +1269,7 @@ class RouteTrace:
                 return False
         # Every check passed. Both buffers are reserved before anything is recorded, so a failed allocation
         # leaves the trace unchanged.
-        room = self._tokens
-        if tokens is not None and (room is None or tokens.shape[0] > room.shape[0]):
-            room = self._token_room(tokens.shape[0])
+        room = None if tokens is None else self._token_room(tokens.shape[0])
         if end > rows:
             if buf is None or end > buf.shape[0]:
                 buf = self._reserve(end, (layers, top_k), dtype)

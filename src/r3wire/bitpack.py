@@ -31,6 +31,7 @@ from typing import Any, Final, NoReturn
 
 import numpy as np
 
+from r3wire._arraylike import as_numpy
 from r3wire._validate import MAX_EXTENT, check_int
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 
@@ -191,9 +192,7 @@ def pack_bits(
     if not isinstance(given, np.ndarray) or given.dtype.kind not in "iu":
         got = given.dtype if isinstance(given, np.ndarray) else type(given).__name__
         raise EncodeError.make("ids", "an integer NumPy array", str(got), raw=True)
-    if isinstance(ids, np.ma.MaskedArray):  # its hidden values would be packed and its mask lost
-        raise EncodeError.make("ids", "an integer NumPy array without a mask", "a numpy.ma.MaskedArray", raw=True)
-    ids = ids if type(ids) is np.ndarray else ids.view(np.ndarray)  # a subclass (np.matrix) keeps its own shape rules
+    ids = as_numpy(ids, field="ids")  # masked arrays refused, a subclass (np.matrix) viewed as a plain array
     if not isinstance(checked, (bool, np.bool_)):
         raise EncodeError.make("checked", "a bool", checked)
     # Checked even when ``checked`` makes it unused: a bad bound is the caller's mistake whichever path runs.
@@ -395,6 +394,11 @@ def _stream(buffer: object, field: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
         # A plain view first: a subclass (np.matrix) keeps its own shape rules through reshape and view.
         stream: np.ndarray[Any, np.dtype[np.uint8]] = buffer.view(np.ndarray).reshape(-1).view(np.uint8)
         return stream
+    return _bytes_of(buffer, field, expected)
+
+
+def _bytes_of(buffer: object, field: str, expected: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """``np.frombuffer(buffer, np.uint8)``, or the DecodeError naming ``field`` for what it cannot view."""
     try:
         # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
         source: Any = buffer
@@ -433,14 +437,8 @@ def unpack_bits_from(
 def _read_range(read: Callable[[int, int], Any], field: str, start: int, stop: int) -> np.ndarray[Any, Any]:
     """``read(start, stop)`` as a uint8 array, refused unless it is exactly those ``stop - start`` bytes: the kernel's
     views and 8-byte loads assume the length, and a short range would otherwise fail deep inside it."""
-    piece = read(start, stop)
-    try:
-        # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
-        source: Any = piece
-        stream: np.ndarray[Any, Any] = np.frombuffer(source, np.uint8)
-    except (TypeError, ValueError, BufferError) as exc:
-        expected = f"a C-contiguous bytes-like object from read for its bytes {start}..{stop}"
-        raise DecodeError.make(field, expected, f"{type(piece).__name__} ({exc})", raw=True) from None
+    expected = f"a C-contiguous bytes-like object from read for its bytes {start}..{stop}"
+    stream = _bytes_of(read(start, stop), field, expected)
     if stream.size != stop - start:
         raise DecodeError.make(
             field, f"{stop - start} bytes from read for its bytes {start}..{stop}", f"{stream.size} bytes", raw=True

@@ -364,7 +364,7 @@ class _Writer:
             return self.value(value.value, kind)  # orjson writes a member as its value: check that value
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return self._dataclass(value)
-        return value  # str/int subclasses, datetimes, UUIDs...: orjson's rules apply
+        return value  # datetimes, UUIDs...: orjson's rules apply
 
     def _float(self, value: float) -> float:
         if not math.isfinite(value):

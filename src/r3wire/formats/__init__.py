@@ -708,7 +708,7 @@ def write(
     rows = int(arr.shape[0]) if arr.ndim else 0
     # Token counts are bounded before any writer sizes anything by them (fireworks-matrices writes one list entry
     # per token): Fireworks counts are u32 in r3/v1, and its per-token form is held to the same bound.
-    most = MAX_TOKEN_COUNT if name in _FIREWORKS else (1 << 63) - 1
+    most = MAX_TOKEN_COUNT if name in _FIREWORKS else _INT64_MAX
     if start is not None:
         start = check_int(start, "start", minimum=0, maximum=most, error=EncodeError)
         if name in _FIREWORKS and start + rows > most:
