@@ -113,3 +113,13 @@ def test_dtypes_that_are_not_names_are_refused(dtypes: Any) -> None:
 def test_dtypes_may_be_any_iterable_of_names_even_a_generator() -> None:
     envelope = encode_array(np.zeros(2, np.uint8), dtypes=(d for d in ["int8", "uint8"]))
     assert decode_array(envelope, dtypes=(d for d in ["uint8"])).dtype == np.uint8
+
+
+def test_dtypes_given_as_str_subclasses_are_read_as_their_characters() -> None:
+    class Renamed(str):
+        def __str__(self) -> str:  # used to turn the allowed set into ['zzz'] (and a KeyError on decode)
+            return "zzz"
+
+    env = encode_array(np.array([-1, 2], dtype=np.int8), dtypes=[Renamed("int8")])
+    assert env["dtype"] == "int8"
+    assert decode_array(env, dtypes=[Renamed("int8"), np.str_("uint8")]).tolist() == [-1, 2]

@@ -351,6 +351,29 @@ def test_out_read_only_non_contiguous_or_not_a_buffer() -> None:
     assert "got mmap (mmap closed or invalid)" in str(_out_error(_routes(), closed))
 
 
+def test_out_of_objects_bools_or_a_mask_is_refused_before_anything_is_written() -> None:
+    size = frame_size(_routes(), num_experts=384) + 64
+    objects: Any = np.array([object() for _ in range(size)], dtype=object)  # written over, it crashed Python
+    assert "got ndarray of format 'O' (object pointers)" in str(_out_error(_routes(), objects))
+    assert "got memoryview of format 'O'" in str(_out_error(_routes(), memoryview(objects)))
+    bools = np.zeros(size, dtype=bool)  # would hold bytes other than 0 and 1
+    assert "got ndarray of format '?'" in str(_out_error(_routes(), bools))
+    assert not bools.any()
+    masked: Any = np.ma  # untyped in NumPy's stubs
+    assert "a masked array" in str(_out_error(_routes(), masked.masked_array(np.zeros(size, np.uint8))))
+    assert "got ndarray of format 'T{" in str(_out_error(_routes(), np.zeros(size, dtype=[("a", "u1"), ("b", "O")])))
+
+
+def test_a_frame_is_never_read_from_object_pointers() -> None:
+    objects: Any = np.array([object() for _ in range(64)], dtype=object)
+    with pytest.raises(DecodeError) as caught:
+        decode_routes_frame(objects)
+    assert str(caught.value) == (
+        "payload must be a contiguous bytes-like frame (bytes, bytearray or memoryview), got ndarray of format 'O' "
+        "(object pointers)"
+    )  # before: the error showed the first pointer's bytes as the magic
+
+
 def test_out_aliasing_routes_is_refused() -> None:
     memory = np.zeros(4096, dtype=np.uint8)
     routes = memory[:480].view(np.int32).reshape(6, 5, 4)

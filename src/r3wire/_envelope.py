@@ -18,7 +18,7 @@ import numpy as np
 
 from r3wire._base64 import b64decode_range, b64decode_strict, b64encode_text, check_canonical, check_encoded_length
 from r3wire._routecheck import ROUTES_MIN_DIMS, check_bits, check_declared, check_num_experts
-from r3wire._validate import Text, as_text, check_element_count, check_keys, check_shape
+from r3wire._validate import Text, as_text, check_element_count, check_keys, check_shape, plain_str
 from r3wire.bitpack import packed_nbytes, unpack_bits_from
 from r3wire.errors import DecodeError, EncodeError
 from r3wire.schema import (
@@ -201,6 +201,7 @@ def check_header(
     Raises:
         DecodeError: the first rule that does not hold.
     """
+    dtype = plain_str(dtype)
     if not isinstance(dtype, str) or dtype not in dtypes:
         raise DecodeError.make(KEY_DTYPE, f"one of {list(dtypes)}", dtype)
     dims = check_shape(shape, KEY_SHAPE, ndim=ndim, minimums=ROUTES_MIN_DIMS if routes else ())

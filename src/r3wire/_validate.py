@@ -23,6 +23,7 @@ __all__ = [
     "MAX_NDIM",
     "Text",
     "as_text",
+    "byte_buffer",
     "byte_text",
     "check_element_count",
     "check_int",
@@ -32,6 +33,7 @@ __all__ = [
     "load_json",
     "load_object",
     "optional_max_elements",
+    "plain_str",
 ]
 
 # numpy 1.x allows at most 32 dimensions; nothing on the wire needs more.
@@ -167,6 +169,13 @@ def check_element_count(shape: Sequence[int], max_elements: int | None, field: s
     return math.prod(shape)
 
 
+def plain_str(value: object) -> object:
+    """A ``str`` subclass (``np.str_``, or a caller's own) as a plain ``str`` of its characters; anything else as it
+    is. Every name a caller or a payload gives (a schema, a dtype) is compared as this: a subclass's own ``__eq__``,
+    ``__hash__`` or ``__str__`` could make ``"zzz"`` equal a valid name, or a valid name unequal to itself."""
+    return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
 # Buffer formats whose items are single bytes (struct syntax; a byte-order prefix changes nothing for them).
 _BYTE_FORMATS: Final = frozenset({"B", "b", "c"})
 
@@ -207,6 +216,51 @@ def as_text(data: object, field: str | None, expected: str, *, buffers: bool = T
     if not view.c_contiguous:
         raise DecodeError.make(field, f"{expected}: a contiguous buffer", f"a non-contiguous {cls.__name__}", raw=True)
     return view if view.ndim == 1 and view.format == "B" else view.cast("B")
+
+
+# Buffer formats of plain numbers (struct syntax): memory any bytes may be written over or read as a stream.
+# Not '?' (a bool holds only 0 or 1), 'O' (object pointers), 'P', complex or structured formats.
+_NUMBER_FORMATS: Final = frozenset("bBchHiIlLqQnNefdg")
+
+
+def byte_buffer(
+    buffer: object, field: str | None, expected: str, *, error: type[R3WireError], writable: bool = False
+) -> np.ndarray[Any, np.dtype[np.uint8]]:
+    """The memory of a binary buffer (a frame, a bit stream, an ``out=``) as a 1-d uint8 array sharing it, with its
+    writability: every reader and writer of raw bytes takes its buffer here.
+
+    A buffer is taken only when its memory is plain numbers: an object array's memory is pointers (reading it
+    shows heap addresses; writing over it crashes the interpreter at the next access), a bool array's must hold
+    0 or 1 only, and a masked array's mask is no part of its bytes. It must be C-contiguous, and writable with
+    ``writable``.
+
+    Raises:
+        error: naming ``field`` with ``expected``, for anything else (``str``, a NumPy scalar, a released or closed
+            buffer, a non-contiguous or read-only one, another format).
+    """
+    cls = type(buffer)
+    if isinstance(buffer, (str, np.generic, np.ma.MaskedArray)):
+        what = "a masked array (its mask is no part of its bytes)" if isinstance(buffer, np.ndarray) else cls.__name__
+        raise error.make(field, expected, what, raw=True)
+    try:
+        view = memoryview(buffer)  # type: ignore[arg-type]  # any object with a buffer; checked here
+    except (TypeError, ValueError, BufferError) as exc:  # ValueError: released or closed; BufferError: strided
+        raise error.make(field, expected, f"{cls.__name__} ({exc})", raw=True) from None
+    with view:
+        if view.format.lstrip("@=<>!") not in _NUMBER_FORMATS:
+            what = "object pointers" if "O" in view.format else "not plain numbers"
+            raise error.make(field, expected, f"{cls.__name__} of format {view.format!r} ({what})", raw=True)
+        if not view.c_contiguous:
+            raise error.make(field, expected, f"a non-contiguous {cls.__name__}", raw=True)
+        if writable and view.readonly:
+            raise error.make(field, expected, f"a read-only {cls.__name__}", raw=True)
+    # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; checked above.
+    source: Any = buffer
+    try:
+        raw: np.ndarray[Any, np.dtype[np.uint8]] = np.frombuffer(source, dtype=np.uint8)
+    except (TypeError, ValueError, BufferError) as exc:  # a buffer that changed since it was checked
+        raise error.make(field, expected, f"{cls.__name__} ({exc})", raw=True) from None
+    return raw
 
 
 def byte_text(payload: Text, field: str | None) -> Text:

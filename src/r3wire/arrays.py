@@ -13,7 +13,7 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
-from r3wire._validate import MAX_NDIM, check_int, load_object, optional_max_elements
+from r3wire._validate import MAX_NDIM, check_int, load_object, optional_max_elements, plain_str
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.schema import ARRAY_SCHEMA, WIRE_DTYPES
 
@@ -29,12 +29,13 @@ def _allowed(dtypes: Iterable[str] | None) -> tuple[str, ...]:
     if isinstance(given, (bytes, bytearray, memoryview)):  # iterating these gives ints, not names
         raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", given)
     try:
-        names: tuple[object, ...] = tuple(given)  # type: ignore[arg-type]  # once: a generator is used up
+        # Once (a generator is used up), and str subclasses as plain names.
+        names: tuple[object, ...] = tuple(map(plain_str, given))  # type: ignore[call-overload]
     except TypeError:
         raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", dtypes) from None
     if not names or not all(isinstance(d, str) and d in WIRE_DTYPES for d in names):
         raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", list(names))
-    return tuple(str(d) for d in names)  # str subclasses as plain names
+    return tuple(str(d) for d in names)
 
 
 def encode_array(array: Any, *, dtypes: Iterable[str] | None = None) -> dict[str, Any]:

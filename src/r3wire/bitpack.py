@@ -32,7 +32,7 @@ from typing import Any, Final, NoReturn
 import numpy as np
 
 from r3wire._arraylike import as_numpy
-from r3wire._validate import MAX_EXTENT, check_int
+from r3wire._validate import MAX_EXTENT, byte_buffer, check_int
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 
 __all__ = ["MAX_BITS", "pack_bits", "packed_nbytes", "unpack_bits", "unpack_bits_from"]
@@ -244,14 +244,10 @@ def _output(out: np.ndarray[Any, Any] | None, nbytes: int) -> np.ndarray[Any, np
     if out is None:
         return np.empty(nbytes, dtype=np.uint8)
     given: object = out
-    expected = "a writable, C-contiguous NumPy array"
+    expected = "a writable, C-contiguous NumPy array of numbers"
     if not isinstance(given, np.ndarray):
         raise EncodeError.make("out", expected, type(given).__name__, raw=True)
-    if not out.flags.c_contiguous or not out.flags.writeable:
-        raise EncodeError.make("out", expected, "a read-only or non-contiguous array", raw=True)
-    if out.dtype.hasobject:  # its memory holds pointers: the stream written over them would corrupt the array
-        raise EncodeError.make("out", f"{expected} of a dtype without objects", "an object array", raw=True)
-    stream = out.view(np.ndarray).reshape(-1).view(np.uint8)  # a subclass (np.matrix) would stay 2-d
+    stream = byte_buffer(out, "out", expected, error=EncodeError, writable=True)
     if stream.size != nbytes:
         raise EncodeError.make("out", f"{nbytes} bytes", f"{stream.size} bytes", raw=True)
     return stream
@@ -382,29 +378,8 @@ def unpack_bits(
 
 def _stream(buffer: object, field: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """``buffer``'s bytes as a 1-d uint8 array sharing its memory, or the DecodeError naming ``field``."""
-    expected = "a C-contiguous bytes-like object (bytes, bytearray, memoryview) or NumPy array"
-    if isinstance(buffer, np.ndarray):
-        # Refused rather than copied: reshape(-1) would silently copy a strided array, and an object array's
-        # memory holds pointers, not a stream.
-        if not buffer.flags.c_contiguous or buffer.dtype.hasobject:
-            what = "an object array" if buffer.dtype.hasobject else f"a non-C-contiguous array of {buffer.dtype}"
-            raise DecodeError.make(field, expected, what, raw=True)
-        if isinstance(buffer, np.ma.MaskedArray):
-            raise DecodeError.make(field, expected, "a masked array (its mask is no part of a stream)", raw=True)
-        # A plain view first: a subclass (np.matrix) keeps its own shape rules through reshape and view.
-        stream: np.ndarray[Any, np.dtype[np.uint8]] = buffer.view(np.ndarray).reshape(-1).view(np.uint8)
-        return stream
-    return _bytes_of(buffer, field, expected)
-
-
-def _bytes_of(buffer: object, field: str, expected: str) -> np.ndarray[Any, np.dtype[np.uint8]]:
-    """``np.frombuffer(buffer, np.uint8)``, or the DecodeError naming ``field`` for what it cannot view."""
-    try:
-        # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
-        source: Any = buffer
-        return np.frombuffer(source, np.uint8)
-    except (TypeError, ValueError, BufferError) as exc:  # BufferError: a strided memoryview
-        raise DecodeError.make(field, expected, f"{type(buffer).__name__} ({exc})", raw=True) from None
+    expected = "a C-contiguous bytes-like object (bytes, bytearray, memoryview) or NumPy array of numbers"
+    return byte_buffer(buffer, field, expected, error=DecodeError)
 
 
 def unpack_bits_from(
@@ -438,7 +413,7 @@ def _read_range(read: Callable[[int, int], Any], field: str, start: int, stop: i
     """``read(start, stop)`` as a uint8 array, refused unless it is exactly those ``stop - start`` bytes: the kernel's
     views and 8-byte loads assume the length, and a short range would otherwise fail deep inside it."""
     expected = f"a C-contiguous bytes-like object from read for its bytes {start}..{stop}"
-    stream = _bytes_of(read(start, stop), field, expected)
+    stream = byte_buffer(read(start, stop), field, expected, error=DecodeError)
     if stream.size != stop - start:
         raise DecodeError.make(
             field, f"{stop - start} bytes from read for its bytes {start}..{stop}", f"{stream.size} bytes", raw=True

@@ -41,7 +41,7 @@ from r3wire._routecheck import (
     optional_num_experts,
     prepare_routes,
 )
-from r3wire._validate import optional_max_elements
+from r3wire._validate import byte_buffer, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.schema import (
     KEY_DATA,
@@ -219,20 +219,8 @@ def encode_routes_frame(
 
 def _out_buffer(out: object) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """``out``'s memory as a writable 1-d uint8 array, or the EncodeError naming ``out``."""
-    expected = "a writable C-contiguous buffer (bytearray, NumPy array, memoryview, mmap)"
-    try:
-        view = memoryview(out)  # type: ignore[arg-type]  # any object with a buffer; checked here
-    except (TypeError, ValueError, BufferError) as exc:  # ValueError: a closed mmap
-        raise EncodeError.make("out", expected, f"{type(out).__name__} ({exc})", raw=True) from None
-    with view:
-        if view.readonly:
-            raise EncodeError.make("out", expected, f"a read-only {type(out).__name__}", raw=True)
-        if not view.c_contiguous:
-            raise EncodeError.make("out", expected, f"a non-contiguous {type(out).__name__}", raw=True)
-    # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
-    source: Any = out
-    target: np.ndarray[Any, np.dtype[np.uint8]] = np.frombuffer(source, dtype=np.uint8)
-    return target
+    expected = "a writable C-contiguous buffer of bytes or numbers (bytearray, NumPy array, memoryview, mmap)"
+    return byte_buffer(out, "out", expected, error=EncodeError, writable=True)
 
 
 def _write(plan: _Plan, frame: np.ndarray[Any, np.dtype[np.uint8]]) -> None:
@@ -385,17 +373,5 @@ def decode_routes_frame(
 
 def _bytes_of(buffer: object) -> np.ndarray[Any, np.dtype[np.uint8]]:
     """The frame's bytes as a 1-d uint8 array sharing ``buffer``'s memory (and its writability)."""
-    if isinstance(buffer, str):  # str has no buffer interface; name the likely mistake
-        raise DecodeError.make(None, "a bytes-like frame (bytes, bytearray or memoryview)", "str", raw=True)
-    try:
-        # Any: the stubs disagree across NumPy releases on which buffer types frombuffer takes; the runtime checks.
-        source: Any = buffer
-        raw: np.ndarray[Any, np.dtype[np.uint8]] = np.frombuffer(source, dtype=np.uint8)
-    except (TypeError, ValueError, BufferError) as exc:
-        raise DecodeError.make(
-            None,
-            "a contiguous bytes-like frame (bytes, bytearray or memoryview)",
-            f"{type(buffer).__name__} ({exc})",
-            raw=True,
-        ) from exc
-    return raw
+    expected = "a contiguous bytes-like frame (bytes, bytearray or memoryview)"
+    return byte_buffer(buffer, None, expected, error=DecodeError)

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from r3wire._validate import plain_str
 from r3wire.errors import DecodeError, UnsupportedVersionError, describe
 
 __all__ = [
@@ -137,7 +138,7 @@ class Schema:
             raise DecodeError.make(KEY_SCHEMA, f"present (the string {expected!r})", "no such key", raw=True)
         if KEY_VERSION not in payload:
             raise DecodeError.make(KEY_VERSION, "present (an integer)", "no such key", raw=True)
-        name = payload[KEY_SCHEMA]
+        name = plain_str(payload[KEY_SCHEMA])
         # isinstance first: ``!=`` on a foreign value (an ndarray) may not even return a bool.
         if not isinstance(name, str) or name != expected:
             raise DecodeError.make(KEY_SCHEMA, repr(expected), name)

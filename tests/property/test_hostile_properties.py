@@ -337,3 +337,65 @@ def test_duplicates_are_found_exactly(pairs: list[tuple[str, Any]], ascii_only: 
             load_object(payload)
     else:
         load_object(payload)
+
+
+class _AlwaysEqual(str):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+class _HashOf(str):
+    def __hash__(self) -> int:
+        return hash("uint8")
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+class _NeverUnequal(str):
+    def __ne__(self, other: object) -> bool:
+        return False
+
+
+class _OtherStr(str):
+    def __str__(self) -> str:
+        return "zzz"
+
+
+HOSTILE_STRS: list[type[str]] = [_AlwaysEqual, _HashOf, _NeverUnequal, _OtherStr, np.str_]
+ENVELOPES: list[tuple[str, Callable[..., Any]]] = [
+    ("r3wire.routes", decode_routes),
+    ("r3wire.array", decode_array),
+    ("r3wire.logprobs", decode_logprobs),
+]
+
+
+def _outcome(decode: Callable[[], Any]) -> Any:
+    """The decoded values, or the DecodeError's field and message; any other exception fails the property."""
+    try:
+        return decode().tolist()
+    except DecodeError as exc:
+        return (exc.field, str(exc))
+
+
+@given(
+    st.sampled_from(ENVELOPES),
+    st.sampled_from(["uint8", "int16", "float32", "zzz", "r3wire.array", "r3wire.routes", ""]),
+    st.sampled_from(["dtype", "schema"]),
+    st.sampled_from(HOSTILE_STRS),
+)
+def test_a_str_subclass_in_a_header_reads_as_its_characters(
+    envelope: tuple[str, Callable[..., Any]], value: str, member: str, cls: type[str]
+) -> None:
+    """A schema or dtype given as a str subclass decodes exactly as the plain string of its characters would:
+    its own ``__eq__``, ``__hash__``, ``__ne__`` or ``__str__`` changes nothing (they leaked KeyError, or made
+    "zzz" a valid dtype)."""
+    schema, decode = envelope
+    plain = {"schema": schema, "version": 1, "dtype": "float32", "shape": [2], "data": "AACAPwAAAEA="}
+    if schema == "r3wire.routes":
+        plain.update(dtype="uint8", shape=[1, 1, 2], data="AQI=")
+    plain[member] = value
+    hostile = {**plain, member: cls(value)}
+    assert _outcome(lambda: decode(hostile)) == _outcome(lambda: decode(plain))
