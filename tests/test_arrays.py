@@ -123,3 +123,27 @@ def test_dtypes_given_as_str_subclasses_are_read_as_their_characters() -> None:
     env = encode_array(np.array([-1, 2], dtype=np.int8), dtypes=[Renamed("int8")])
     assert env["dtype"] == "int8"
     assert decode_array(env, dtypes=[Renamed("int8"), np.str_("uint8")]).tolist() == [-1, 2]
+
+
+@pytest.mark.parametrize(
+    ("values", "got"),
+    [
+        ([2**63 + 1, 1], "integers from 1 to 9223372036854775809, which NumPy made float64"),  # was rounded
+        ([2**53 + 1, 0.5], "the integer 9007199254740993 among floats"),  # was rounded
+        ([True, 2], "True"),  # was sent as 1
+        ([[0.5], [np.True_]], "np.True_"),  # was sent as 1.0
+        ([0, 2**63, False], "False"),  # float64 holds 2**63 exactly; the bool became 0.0
+        (range(10**12), "range (MemoryError)"),  # NumPy's MemoryError escaped
+    ],
+)
+def test_a_list_numpy_would_change_is_refused(values: Any, got: str) -> None:
+    with pytest.raises(EncodeError) as caught:
+        encode_array(values)
+    assert caught.value.got is not None
+    assert got in caught.value.got
+
+
+def test_a_list_numpy_keeps_exactly_is_encoded() -> None:
+    assert decode_array(encode_array([[1, 2], [3, 2**62]])).tolist() == [[1, 2], [3, 2**62]]
+    assert decode_array(encode_array([0.5, 2])).tolist() == [0.5, 2.0]
+    assert decode_array(encode_array([True, False])).tolist() == [True, False]

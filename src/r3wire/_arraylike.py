@@ -2,28 +2,35 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Final
 
 import numpy as np
 
-from r3wire.errors import EncodeError
+from r3wire.errors import EncodeError, R3WireError, describe
 
 __all__ = ["as_numpy"]
 
 
-def as_numpy(obj: object, *, field: str) -> np.ndarray[Any, Any]:
+_EXACT_FLOAT: Final = 1 << 53  # float64 holds every integer of a smaller magnitude exactly
+
+
+def as_numpy(obj: object, *, field: str, error: type[R3WireError] = EncodeError) -> np.ndarray[Any, Any]:
     """Return ``obj`` as a NumPy array without copying when it already is one (or a contiguous CPU tensor).
 
+    Nested lists and tuples are converted by NumPy, and refused where NumPy would change a value: ints it can hold
+    only as float64 (rounded) or as objects, and bools among numbers (read as 0 and 1).
     torch is never imported here: an object can only be a tensor if the caller already imported torch.
 
     Raises:
-        EncodeError: ``obj`` cannot be viewed as an array.
+        EncodeError (or ``error``): ``obj`` cannot be viewed as an array, or NumPy would change one of its values.
     """
     if isinstance(obj, np.ndarray):
         if isinstance(obj, np.ma.MaskedArray):
             # Its hidden values would travel and its mask would be lost, without a word.
-            raise EncodeError.make(
+            raise error.make(
                 field,
                 "an array without a mask (send arr.filled(value), or the mask as its own array)",
                 "a numpy.ma.MaskedArray",
@@ -37,21 +44,85 @@ def as_numpy(obj: object, *, field: str) -> np.ndarray[Any, Any]:
 
         return tensor_to_numpy(obj, field=field)
     if isinstance(obj, (str, bytes, bytearray, memoryview)) or obj is None:
-        raise EncodeError.make(
-            field, "an array (NumPy array, torch tensor or nested lists)", type(obj).__name__, raw=True
-        )
+        raise error.make(field, "an array (NumPy array, torch tensor or nested lists)", type(obj).__name__, raw=True)
     if isinstance(obj, (list, tuple)) and any(isinstance(item, np.ma.MaskedArray) for item in obj):
         # np.asarray keeps a masked item's hidden values and drops its mask.
-        raise EncodeError.make(
+        raise error.make(
             field, "an array without a mask (send arr.filled(value), or the mask as its own array)",
             "a sequence holding a numpy.ma.MaskedArray", raw=True,
         )  # fmt: skip
     try:
-        return np.asarray(obj)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise EncodeError.make(
+        arr = np.asarray(obj)
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:  # MemoryError: range(10**12)
+        raise error.make(
             field,
             "an array (NumPy array, torch tensor or nested lists)",
-            f"{type(obj).__name__} ({exc})",
+            f"{type(obj).__name__} ({str(exc) or type(exc).__name__})",
             raw=True,
         ) from exc
+    if arr.size and isinstance(obj, Sequence):
+        _check_converted(obj, arr, field, error)
+    return arr
+
+
+def _check_converted(obj: Sequence[Any], arr: np.ndarray[Any, Any], field: str, error: type[R3WireError]) -> None:
+    """Refuse a nested sequence whose values NumPy changed in ``arr``.
+
+    NumPy turns ints past int64 (``[-1, 2**64 - 1]``, even ``[3, 2**64 - 1]``) into float64, rounding them, or
+    into objects, and ints beside floats into float64; a bool beside numbers becomes 0 or 1. The element types
+    are read once, in C. Only a float64 result of magnitude ``>= 2**53`` (or an object one) can have lost an int,
+    so only then is the source looked at element by element.
+    """
+    kind = arr.dtype.kind
+    if kind == "b":
+        return  # bools only
+    leaves: Any = obj
+    for _ in range(arr.ndim - 1):
+        leaves = itertools.chain.from_iterable(leaves)
+    if any(issubclass(k, (bool, np.bool_)) for k in set(map(type, leaves))):
+        _refuse_bool(obj, field, error)
+    # abs() >= 2**53 rather than max/min: a NaN would make both comparisons false and hide a large int beside it.
+    if kind == "O" or (arr.dtype == np.float64 and bool((np.abs(arr) >= _EXACT_FLOAT).any())):
+        _check_exact_ints(obj, arr.dtype, field, error)
+
+
+def _items(obj: Sequence[Any]) -> tuple[list[Any], tuple[int, ...]]:
+    objects = np.asarray(obj, dtype=object)
+    return objects.ravel().tolist(), objects.shape
+
+
+def _refuse_bool(obj: Sequence[Any], field: str, error: type[R3WireError]) -> None:
+    items, shape = _items(obj)
+    at = next(i for i, item in enumerate(items) if isinstance(item, (bool, np.bool_)))
+    where = [int(i) for i in np.unravel_index(at, shape)]
+    raise error.make(
+        f"{field}{where}",
+        "a number like the others (NumPy reads a bool among integers as 0 or 1; pass a bool array on its own)",
+        items[at],
+    )
+
+
+def _check_exact_ints(obj: Sequence[Any], dtype: np.dtype[Any], field: str, error: type[R3WireError]) -> None:
+    """Refuse a source whose ints ``dtype`` (float64 or object) cannot hold as integers or round-trip exactly."""
+    items, _ = _items(obj)
+    ints = [item for item in items if isinstance(item, (int, np.integer)) and not isinstance(item, (bool, np.bool_))]
+    if not ints:
+        return  # floats (or, for object, things that are no numbers): the dtype rules decide
+    if len(ints) == len(items):
+        low, high = min(ints), max(ints)
+        raise error.make(
+            field,
+            "integers NumPy converts exactly (a nested list with ints past int64 becomes float64 or object; "
+            "pass an array of an explicit integer dtype, such as np.uint64)",
+            f"integers from {describe(int(low))} to {describe(int(high))}, which NumPy made {dtype}",
+            raw=True,
+        )
+    for item in ints:
+        try:
+            exact = int(float(item)) == int(item)  # as Python ints: np.int64 == float compares as floats
+        except (OverflowError, ValueError):
+            exact = False
+        if not exact:
+            raise error.make(
+                field, "numbers float64 holds exactly", f"the integer {describe(int(item))} among floats", raw=True
+            )

@@ -84,48 +84,9 @@ def _promote(a: np.dtype[Any], b: np.dtype[Any]) -> np.dtype[Any]:
     return _native(wider)
 
 
-_EXACT_FLOAT: Final = 1 << 53  # float64 holds every integer of a smaller magnitude exactly
-
-
 def _from_caller(value: object, field: str) -> Array:
-    """``value`` as a NumPy array (:func:`as_numpy`), refusing Python ints NumPy could hold only inexactly.
-
-    NumPy turns a nested list of ints past int64 (``[-1, 2**64 - 1]``, even ``[3, 2**64 - 1]``) into float64,
-    rounding them, or into object. Only a nested sequence can hold them, and only a float64 result of magnitude
-    ``>= 2**53`` (or an object one) can have lost one, so only that rare case pays for a look at the source;
-    every other call pays an ``isinstance`` at most (an ndarray or a tensor has a dtype of its own).
-    """
-    arr = as_numpy(value, field=field)
-    kind = arr.dtype.kind
-    if kind not in "fO" or not arr.size or not isinstance(value, Sequence):
-        return arr
-    # abs() >= 2**53 rather than max/min: a NaN would make both comparisons false and hide a large int beside it.
-    if kind == "O" or (arr.dtype == np.float64 and bool((np.abs(arr) >= _EXACT_FLOAT).any())):
-        _check_exact_ints(value, arr.dtype, field)
-    return arr
-
-
-def _check_exact_ints(value: object, dtype: np.dtype[Any], field: str) -> None:
-    """Refuse a source whose ints ``dtype`` (float64 or object) cannot hold as integers or round-trip exactly."""
-    items = np.asarray(value, dtype=object).ravel().tolist()
-    ints = [item for item in items if isinstance(item, (int, np.integer))]
-    if not ints:
-        return  # floats (or, for object, things that are no numbers): the dtype rules decide
-    if len(ints) == len(items):
-        low, high = min(ints), max(ints)
-        raise _fail(
-            field,
-            "integers NumPy converts exactly (a nested list with ints past int64 becomes float64 or object; "
-            "pass an array of an explicit integer dtype, such as np.uint64)",
-            f"integers from {describe(int(low))} to {describe(int(high))}, which NumPy made {dtype}",
-        )
-    for item in ints:
-        try:
-            exact = int(float(item)) == int(item)  # as Python ints: np.int64 == float compares as floats
-        except (OverflowError, ValueError):
-            exact = False
-        if not exact:
-            raise _fail(field, "numbers float64 holds exactly", f"the integer {describe(int(item))} among floats")
+    """``value`` as a NumPy array (:func:`as_numpy`: nested lists NumPy would change are refused)."""
+    return as_numpy(value, field=field, error=R3WireError)
 
 
 def _neutral_empty(value: object, arr: Array) -> bool:
