@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 import struct
 from typing import Any
@@ -679,3 +680,32 @@ def test_an_extended_precision_floor_that_float64_would_round_is_refused() -> No
         encode_logprobs([1.0], floor=above_one)
     exact: Any = np.longdouble(-5.5)
     assert encode_logprobs([1.0], floor=exact)["dtype"] == "float64"
+
+
+@pytest.mark.parametrize(
+    ("bits", "dtype"),
+    [(0x7F800001, "<f4"), (0x7FA00000, ">f4"), (0xFF800002, "<f4"), (0x7FF0000000000001, ">f8"), (0x7C01, "<f2")],
+)
+def test_a_signalling_nan_is_shown_by_its_own_bits(bits: int, dtype: str) -> None:
+    # Through a Python float, a float32 or float16 signalling NaN came back quiet (0x7f800001 was shown as 0x7fc00001).
+    values = np.zeros(3, dtype)
+    values[1:2].view(dtype.replace("f", "u"))[0] = bits
+    shown = f"nan (bits 0x{bits:0{2 * values.itemsize}x})"
+    with pytest.raises(EncodeError) as caught:
+        build_logprobs_content(values)
+    assert caught.value.got == shown
+    if values.itemsize > 2:  # float16 is no logprobs wire dtype
+        with pytest.raises(EncodeError) as caught:
+            encode_logprobs(values)
+        assert caught.value.got == shown
+        little = values.astype(values.dtype.newbyteorder("<"))
+        envelope = {
+            "data": base64.b64encode(little.tobytes()).decode("ascii"),
+            "shape": [3],
+            "dtype": f"float{8 * values.itemsize}",
+            "schema": "r3wire.logprobs",
+            "version": 1,
+        }
+        with pytest.raises(DecodeError) as decoded:
+            decode_logprobs(envelope)
+        assert decoded.value.got == shown

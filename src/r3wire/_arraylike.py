@@ -9,6 +9,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from r3wire._validate import MAX_EXTENT, MAX_NDIM, extent
 from r3wire.errors import EncodeError, R3WireError, describe
 
 __all__ = ["as_numpy"]
@@ -24,9 +25,28 @@ def as_numpy(obj: object, *, field: str, error: type[R3WireError] = EncodeError)
     only as float64 (rounded) or as objects, and bools among numbers (read as 0 and 1).
     torch is never imported here: an object can only be a tensor if the caller already imported torch.
 
+    The shape is bounded as every reader bounds it: at most 32 dimensions (NumPy 2 makes up to 64, NumPy 1 and
+    every decoder here hold 32), and non-zero dimensions that multiply to at most ``MAX_EXTENT`` (an empty array
+    may claim ``[0, 2**40, 2**40]``; no reader can make it, so no writer sends it).
+
     Raises:
-        EncodeError (or ``error``): ``obj`` cannot be viewed as an array, or NumPy would change one of its values.
+        EncodeError (or ``error``): ``obj`` cannot be viewed as an array, its shape is out of those bounds, or
+            NumPy would change one of its values.
     """
+    arr = _as_array(obj, field, error)
+    if arr.ndim > MAX_NDIM:
+        raise error.make(field, f"an array of at most {MAX_NDIM} dimensions", f"{arr.ndim} dimensions", raw=True)
+    if not arr.size and extent(arr.shape) > MAX_EXTENT:
+        raise error.make(
+            f"{field}.shape",
+            f"dimensions whose non-zero ones multiply to at most {MAX_EXTENT} (what every reader accepts)",
+            f"{list(arr.shape)}",
+            raw=True,
+        )
+    return arr
+
+
+def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[Any, Any]:
     if isinstance(obj, np.ndarray):
         if isinstance(obj, np.ma.MaskedArray):
             # Its hidden values would travel and its mask would be lost, without a word.

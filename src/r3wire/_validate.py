@@ -111,22 +111,23 @@ def check_shape(
     if not isinstance(value, (list, tuple)):
         expected = f"an array of {ndim} non-negative integers" if ndim is not None else "an array of integers"
         raise error.make(field, expected, value)
-    if ndim is not None and len(value) != ndim:
+    # One snapshot, checked and returned: a subclass's __len__ or __getitem__ cannot disagree with its items.
+    shape = tuple(value) if type(value) is not tuple else value
+    if ndim is not None and len(shape) != ndim:
         raise error.make(
             field,
             f"an array of {ndim} non-negative integers",
-            f"{len(value)} entries: {describe(value)}",
+            f"{len(shape)} entries: {describe(list(shape))}",
             raw=True,
         )
-    if len(value) > MAX_NDIM:
-        raise error.make(field, f"at most {MAX_NDIM} dimensions", f"{len(value)}", raw=True)
-    shape = tuple(value)
+    if len(shape) > MAX_NDIM:
+        raise error.make(field, f"at most {MAX_NDIM} dimensions", f"{len(shape)}", raw=True)
     # Fast path for the common case (plain ints, in range); anything else goes through check_int for its error.
     if not all(type(dim) is int and 0 <= dim <= MAX_DIM for dim in shape) or any(map(operator.gt, minimums, shape)):
         lows = [*minimums, *[0] * (len(shape) - len(minimums))]
         shape = tuple(
             check_int(dim, f"{field}[{i}]", minimum=lows[i], maximum=MAX_DIM, error=error)
-            for i, dim in enumerate(value)
+            for i, dim in enumerate(shape)
         )
     if extent(shape) > MAX_EXTENT:
         raise error.make(
@@ -304,8 +305,16 @@ def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
     Raises:
         DecodeError: the text is not valid JSON, not an object, or names a member twice.
     """
-    if isinstance(payload, Mapping):
+    if type(payload) is dict:
         return payload
+    if isinstance(payload, Mapping):
+        # A snapshot: a subclass's or a foreign mapping's __len__ could hide members the checks must see.
+        try:
+            return dict(payload.items())
+        except Exception as exc:  # the caller's own mapping code: reported, not leaked
+            raise DecodeError.make(
+                None, f"a JSON object ({what})", f"{type(payload).__name__} that raised {exc!r}", raw=True
+            ) from exc
     if isinstance(payload, (str, bytes, bytearray, memoryview)):  # other buffers are not taken for JSON text here
         parsed = load_json(payload, what=what)
         if not isinstance(parsed, dict):

@@ -244,14 +244,17 @@ def _show_bad(values: object, array: np.ndarray[Any, Any], index: list[int], val
     """Describe the first bad value of ``values``: a missing entry as such, a non-finite one by its bits."""
     if array.ndim == 1 and isinstance(values, Sequence) and values[index[0]] is None:
         return "None (missing)"
-    return _show_non_finite(value, array.dtype)
+    return _show_non_finite(array, index, value)
 
 
-def _show_non_finite(value: float, dtype: np.dtype[Any]) -> str:
-    # NaNs differ only in their bits; show them so a bad producer can be identified from the error alone.
+def _show_non_finite(array: np.ndarray[Any, Any], index: list[int], value: float) -> str:
+    # NaNs differ only in their bits; show them so a bad producer can be identified from the error alone. The
+    # bits are the element's own: through a Python float, a float32 or float16 signalling NaN would come back quiet.
     if math.isnan(value):
-        bits = np.asarray(value, dtype=dtype.newbyteorder("<")).view(f"<u{dtype.itemsize}")
-        return f"nan (bits 0x{int(bits):0{2 * dtype.itemsize}x})"
+        size = array.dtype.itemsize
+        cell = array[tuple(slice(i, i + 1) for i in index)]  # the element as an array: no float conversion
+        bits = int(cell.view(array.dtype.str.replace("f", "u")).reshape(-1)[0])
+        return f"nan (bits 0x{bits:0{2 * size}x})"
     return repr(value)
 
 
@@ -346,7 +349,7 @@ def decode_logprobs(
         raise DecodeError.make(
             f"data{index}",
             "a finite logprob (r3wire.logprobs never carries NaN or infinity)",
-            _show_non_finite(value, array.dtype),
+            _show_non_finite(array, index, value),
             raw=True,
         )
     return array

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from r3wire import (
     DEFAULT_MAX_ELEMENTS,
     DecodeError,
+    EncodeError,
     R3WireError,
     decode_array,
     decode_logprobs,
@@ -399,3 +400,49 @@ def test_a_str_subclass_in_a_header_reads_as_its_characters(
     plain[member] = value
     hostile = {**plain, member: cls(value)}
     assert _outcome(lambda: decode(hostile)) == _outcome(lambda: decode(plain))
+
+
+EMPTY_DIMS = st.one_of(st.sampled_from([1, 2, 2**20, 2**30, 2**40, 2**59, 2**60, 2**61]), st.integers(1, 2**62))
+
+
+@given(
+    st.lists(EMPTY_DIMS, min_size=0, max_size=40),
+    st.integers(0, 40),
+    st.sampled_from(["routes", "frame", "array", "logprobs"]),
+)
+def test_what_a_writer_sends_its_reader_reads(dims: list[int], zero_at: int, writer: str) -> None:
+    """An empty array may claim any dimensions (it owns no memory), and NumPy 2 makes up to 64 of them. A writer
+    refuses what its reader refuses at the widest limit (it wrote ``[0, 2**40, 2**20]`` and 33 dimensions that no
+    reader would take); whatever it writes reads back."""
+    shape = list(dims)
+    shape.insert(min(zero_at, len(shape)), 0)
+    if writer in ("routes", "frame"):
+        shape = [0, *[*dims, 1, 1][:2]]  # [rows, layers >= 1, top_k >= 1]
+    dtype = {"routes": np.int32, "frame": np.int32, "array": np.int8, "logprobs": np.float32}[writer]
+    try:
+        empty = np.empty(shape, dtype)
+    except ValueError:  # NumPy's own limits (more than 64 dimensions, or a byte size past 2**63)
+        return
+    encoders: dict[str, Callable[[], Any]] = {
+        "routes": lambda: encode_routes(empty),
+        "frame": lambda: encode_routes_frame(empty),
+        "array": lambda: encode_array(empty),
+        "logprobs": lambda: encode_logprobs(empty),
+    }
+    decoders: dict[str, Callable[[Any], np.ndarray[Any, Any]]] = {
+        "routes": lambda payload: decode_routes(payload, max_elements=2**63),
+        "frame": lambda payload: decode_routes_frame(payload, max_elements=2**63),
+        "array": lambda payload: decode_array(payload, max_elements=2**63),
+        "logprobs": lambda payload: decode_logprobs(payload, max_elements=2**63),
+    }
+    refused: EncodeError | None = None
+    try:
+        payload = encoders[writer]()
+    except EncodeError as exc:
+        refused = exc
+    if refused is not None:
+        # The frame's header holds layers and top_k in 32 bits (docs/bitpack-and-frame.md).
+        frame_limit = writer == "frame" and max(shape[1:]) > 2**32 - 1
+        assert len(shape) > 32 or _extent(shape) > MAX_EXTENT or frame_limit, str(refused)
+    else:
+        assert list(decoders[writer](payload).shape) == shape
