@@ -709,3 +709,19 @@ def test_a_signalling_nan_is_shown_by_its_own_bits(bits: int, dtype: str) -> Non
         with pytest.raises(DecodeError) as decoded:
             decode_logprobs(envelope)
         assert decoded.value.got == shown
+
+
+@pytest.mark.parametrize(
+    ("values", "got"),
+    [
+        (memoryview(b"\x01\x02"), "memoryview"),  # was read as the logprobs 1.0 and 2.0
+        (memoryview(b"\x01\x02\x03\x04").cast("B", (2, 2)), "memoryview"),  # was NotImplementedError
+        (range(10**12), "1000000000000 values"),  # was iterated for ever
+    ],
+)
+def test_a_buffer_or_a_huge_sequence_is_no_list_of_logprobs(values: Any, got: str) -> None:
+    for call in (clamp_logprobs, encode_logprobs, build_logprobs_content):
+        with pytest.raises(EncodeError) as caught:
+            call(values)
+        assert caught.value.field in ("logprobs", "values")
+        assert caught.value.got == got

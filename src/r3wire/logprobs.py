@@ -22,7 +22,7 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
-from r3wire._validate import MAX_NDIM, check_int, load_object, optional_max_elements
+from r3wire._validate import DEFAULT_MAX_ELEMENTS, MAX_NDIM, check_int, load_object, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 from r3wire.schema import LOGPROB_DTYPES, LOGPROBS_SCHEMA
 
@@ -148,7 +148,14 @@ def as_float_array(values: object, field: str = "values", *, half: bool = True) 
             )
             raise EncodeError.make(f"{field}.dtype", expected, str(array.dtype), raw=True)
         return array, False
-    if isinstance(values, Sequence) and not isinstance(values, (str, bytes, bytearray)):
+    # A memoryview is a Sequence of its items (a bytes view reads as ints, a 2-d one cannot be iterated): like
+    # bytes, it is no sequence of floats.
+    if isinstance(values, Sequence) and not isinstance(values, (str, bytes, bytearray, memoryview)):
+        if len(values) > DEFAULT_MAX_ELEMENTS:  # range(10**12) is a Sequence: refused before it is iterated
+            raise EncodeError.make(
+                field, f"at most {DEFAULT_MAX_ELEMENTS} values (the default element limit)", f"{len(values)} values",
+                raw=True,
+            )  # fmt: skip
         return _sequence_to_array(values, field), True
     raise EncodeError.make(
         field, "a sequence of float | None, a float NumPy array or a tensor", type(values).__name__, raw=True
