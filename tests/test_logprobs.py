@@ -725,3 +725,16 @@ def test_a_buffer_or_a_huge_sequence_is_no_list_of_logprobs(values: Any, got: st
             call(values)
         assert caught.value.field in ("logprobs", "values")
         assert caught.value.got == got
+
+
+def test_a_clamp_result_is_read_as_its_values() -> None:
+    clamped = clamp_logprobs(np.array([-1.0, np.nan], np.float32))
+    # A ClampResult is a tuple: it was read as the sequence (array, count) and refused as "got array([...])".
+    assert decode_logprobs(encode_logprobs(clamped)).tolist() == clamped.values.tolist()
+    assert clamp_logprobs(clamped).values.tolist() == clamped.values.tolist()
+
+
+def test_a_missing_value_in_an_object_array_is_named_as_missing() -> None:
+    with pytest.raises(EncodeError) as caught:
+        encode_logprobs(np.array([-1.0, None], dtype=object))
+    assert caught.value.got == "None (missing)"  # was shown as the bits of the NaN it became

@@ -127,12 +127,15 @@ def as_float_array(values: object, field: str = "values", *, half: bool = True) 
     """``values`` as a float16/32/64 NumPy array (float32/64 unless ``half``): arrays and tensors as they are,
     sequences as float64.
 
-    Missing entries (None) of a sequence become NaN. Returns the array and whether it is a new one (``False``
-    when it may share memory with ``values``).
+    Missing entries (None) of a sequence become NaN; a :class:`ClampResult` is read as its values (it is a tuple,
+    and ``encode_logprobs(clamp_logprobs(x))`` is the natural call). Returns the array and whether it is a new one
+    (``False`` when it may share memory with ``values``).
 
     Raises:
         EncodeError: not a float array, or a sequence holding something other than floats, ints and None.
     """
+    if isinstance(values, ClampResult):
+        values = values.values
     if isinstance(values, np.ndarray) or ("torch" in sys.modules and isinstance(values, sys.modules["torch"].Tensor)):
         array = as_numpy(values, field=field)
         if array.dtype == np.dtype(object):
@@ -250,6 +253,8 @@ def _first_non_finite(array: np.ndarray[Any, Any]) -> tuple[list[int], float] | 
 def _show_bad(values: object, array: np.ndarray[Any, Any], index: list[int], value: float) -> str:
     """Describe the first bad value of ``values``: a missing entry as such, a non-finite one by its bits."""
     if array.ndim == 1 and isinstance(values, Sequence) and values[index[0]] is None:
+        return "None (missing)"
+    if isinstance(values, np.ndarray) and values.dtype == object and values[tuple(index)] is None:
         return "None (missing)"
     return _show_non_finite(array, index, value)
 
