@@ -321,3 +321,11 @@ def test_loads_decodes_logprobs_envelopes() -> None:
         r3wire.loads(bad)
     assert info.value.field is not None
     assert info.value.field.startswith("$.logprobs")
+
+
+def test_loads_of_a_parsed_document_reads_a_str_subclass_schema_by_its_characters() -> None:
+    envelope = encode_routes(np.array([[[1, 2]]], dtype=np.int32))
+    envelope["schema"] = np.str_(envelope["schema"])  # a document built in process; it was left as a dict
+    got = r3wire.loads({"choices": [{"routed_experts": envelope}]})["choices"][0]["routed_experts"]
+    assert isinstance(got, np.ndarray)
+    assert got.tolist() == [[[1, 2]]]

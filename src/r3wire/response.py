@@ -35,7 +35,7 @@ from r3wire._base64 import b64encode_bytes, encoded_length
 from r3wire._bytesearch import find_byte
 from r3wire._envelope import build_envelope
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
-from r3wire._validate import as_text, optional_max_elements
+from r3wire._validate import as_text, optional_max_elements, plain_str
 from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.logprobs import LOGPROB_FLOOR, as_float_array, clamp_logprobs, decode_logprobs, encode_logprobs
@@ -851,7 +851,8 @@ class _Reader:
     @staticmethod
     def _is_envelope(obj: dict[str, Any]) -> bool:
         schema = obj.get(KEY_SCHEMA)
-        return type(schema) is str and schema in _SCHEMAS
+        # A str subclass (np.str_ in a document built in process) names a schema by its characters, as decoders read it.
+        return isinstance(schema, str) and plain_str(schema) in _SCHEMAS
 
     def _visit(self, node: Any) -> None:
         # An explicit stack: parsed documents may nest deeper than Python's recursion limit.
@@ -909,9 +910,10 @@ class _Reader:
             payload[KEY_DATA] = self.raw[start:end]
             self.used += 1
         try:
-            if envelope[KEY_SCHEMA] == ROUTES_SCHEMA.name:
+            schema = plain_str(envelope[KEY_SCHEMA])
+            if schema == ROUTES_SCHEMA.name:
                 return decode_routes(payload, num_experts=self.num_experts, max_elements=self.max_elements)
-            if envelope[KEY_SCHEMA] == LOGPROBS_SCHEMA.name:
+            if schema == LOGPROBS_SCHEMA.name:
                 return decode_logprobs(payload, max_elements=self.max_elements)
             return decode_array(payload, max_elements=self.max_elements)
         except DecodeError as exc:
