@@ -364,6 +364,13 @@ def test_out_of_objects_bools_or_a_mask_is_refused_before_anything_is_written() 
     assert "got ndarray of format 'T{" in str(_out_error(_routes(), np.zeros(size, dtype=[("a", "u1"), ("b", "O")])))
 
 
+def test_a_frame_is_read_from_np_bytes_but_not_from_another_numpy_scalar() -> None:
+    frame = encode_routes_frame(_routes(), num_experts=384)
+    assert decode_routes_frame(np.bytes_(frame)).tolist() == _routes().tolist()
+    with pytest.raises(DecodeError, match=r"got uint64$"):
+        decode_routes_frame(np.uint64(7))
+
+
 def test_a_frame_is_never_read_from_object_pointers() -> None:
     objects: Any = np.array([object() for _ in range(64)], dtype=object)
     with pytest.raises(DecodeError) as caught:

@@ -240,7 +240,10 @@ def byte_buffer(
             buffer, a non-contiguous or read-only one, another format).
     """
     cls = type(buffer)
-    if isinstance(buffer, (str, np.generic, np.ma.MaskedArray)):
+    # A NumPy scalar has a buffer too (np.uint16(7) is no frame), except np.bytes_, which is bytes.
+    if isinstance(buffer, (str, np.ma.MaskedArray)) or (
+        isinstance(buffer, np.generic) and not isinstance(buffer, bytes)
+    ):
         what = "a masked array (its mask is no part of its bytes)" if isinstance(buffer, np.ndarray) else cls.__name__
         raise error.make(field, expected, what, raw=True)
     try:
