@@ -367,8 +367,9 @@ def test_out_of_objects_bools_or_a_mask_is_refused_before_anything_is_written() 
 def test_a_frame_is_read_from_np_bytes_but_not_from_another_numpy_scalar() -> None:
     frame = encode_routes_frame(_routes(), num_experts=384)
     assert decode_routes_frame(np.bytes_(frame)).tolist() == _routes().tolist()
+    scalar: Any = np.uint64(7)
     with pytest.raises(DecodeError, match=r"got uint64$"):
-        decode_routes_frame(np.uint64(7))
+        decode_routes_frame(scalar)
 
 
 def test_a_frame_is_never_read_from_object_pointers() -> None:

@@ -242,7 +242,7 @@ def byte_buffer(
     cls = type(buffer)
     # A NumPy scalar has a buffer too (np.uint16(7) is no frame), except np.bytes_, which is bytes.
     if isinstance(buffer, (str, np.ma.MaskedArray)) or (
-        isinstance(buffer, np.generic) and not isinstance(buffer, bytes)
+        isinstance(buffer, np.generic) and not isinstance(buffer, np.bytes_)
     ):
         what = "a masked array (its mask is no part of its bytes)" if isinstance(buffer, np.ndarray) else cls.__name__
         raise error.make(field, expected, what, raw=True)
