@@ -41,6 +41,7 @@ from r3wire._validate import (
     check_shape,
     is_int,
     optional_max_elements,
+    plain_str,
 )
 from r3wire.errors import R3WireError, describe
 from r3wire.routes import route_dtype
@@ -62,9 +63,12 @@ def _fail(field: str, expected: str, got: object, *, raw: bool = True) -> R3Wire
     return R3WireError.make(field, expected, got, raw=raw)
 
 
-def _choice(value: object, choices: tuple[str, ...]) -> bool:
-    """Whether ``value`` is one of ``choices``: a str first, so an array's ``==`` (ambiguous truth) never runs."""
-    return isinstance(value, str) and value in choices
+def _choice(value: object, choices: tuple[str, ...]) -> str | None:
+    """``value`` as the plain string it spells when that is one of ``choices``, else None. A str first, so an
+    array's ``==`` (ambiguous truth) never runs; compared by its characters, so a subclass's own ``__eq__`` can
+    match nothing it does not spell. Callers go on with the returned string, never with ``value``."""
+    plain = plain_str(value)
+    return plain if isinstance(plain, str) and plain in choices else None
 
 
 def _native(dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -298,8 +302,10 @@ def _layout(
     Trajectory ``i`` occupies ``token_lengths[i]`` positions, right-aligned for ``side="left"`` and left-aligned
     for ``"right"``; its rows start ``offsets[i]`` (default 0) positions into it.
     """
-    if not _choice(side, ("left", "right")):
+    chosen = _choice(side, ("left", "right"))
+    if chosen is None:
         raise _fail("side", "'left' or 'right'", describe(side))
+    side = chosen
     lengths = _token_lengths(token_lengths, counts, offsets, samples=samples)
     longest = max(lengths, default=0)
     if max_len is None:
@@ -426,9 +432,10 @@ def pad_routes(
     """
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
-    if not _choice(fill, ("arange", "balanced")):
+    kind = _choice(fill, ("arange", "balanced"))
+    if kind is None:
         raise _fail("fill", "'arange' or 'balanced'", describe(fill))
-    if fill == "balanced" and n_experts is None:
+    if kind == "balanced" and n_experts is None:
         raise _fail("num_experts", "given with fill='balanced' (padding is spread over the experts)", "None")
     rows = [arr.shape[0] for arr in arrays]
     width, firsts = _layout(rows, token_lengths, None, side, max_len)
@@ -441,7 +448,7 @@ def pad_routes(
     padded = _output(out, shape, dtype, arrays)
     mask = np.ones((len(arrays), width), dtype=np.bool_)
     longest_run = max((max(first, width - first - n) for first, n in zip(firsts, rows, strict=True)), default=0)
-    filler = _Filler(fill, longest_run=longest_run, layers=layers, top_k=top_k, dtype=dtype, n_experts=n_experts)
+    filler = _Filler(kind, longest_run=longest_run, layers=layers, top_k=top_k, dtype=dtype, n_experts=n_experts)
     limit, expected = _id_limit(dtype, n_experts), _range_expected(dtype, n_experts)
     for i, arr in enumerate(arrays):
         field = f"samples[{i}]"
@@ -467,7 +474,7 @@ class _Filler:
 
     def __init__(
         self,
-        fill: Fill,
+        fill: str,
         *,
         longest_run: int,
         layers: int,
@@ -1093,7 +1100,8 @@ class RouteTrace:
             if type(start) is int and 0 <= start <= MAX_DIM
             else check_int(start, "start", minimum=0, maximum=MAX_DIM, error=R3WireError)
         )
-        if on_conflict is not None and not _choice(on_conflict, _CONFLICT_POLICIES):
+        chosen = None if on_conflict is None else _choice(on_conflict, _CONFLICT_POLICIES)
+        if on_conflict is not None and chosen is None:
             raise _fail("on_conflict", "'keep', 'replace', 'raise' or None", describe(on_conflict))
         tokens = None if token_ids is None else _as_tokens(token_ids, "token_ids", limit=self._max_elements)
         if self._verified is not None and (tokens is not None) != self._verified:
@@ -1135,7 +1143,7 @@ class RouteTrace:
             # (a multi-axis any() costs several times more).
             if unequal.any():
                 differing = unequal.reshape(overlap, -1).any(axis=1)
-        policy = on_conflict if on_conflict is not None else ("keep" if tokens is not None else "raise")
+        policy = chosen if chosen is not None else ("keep" if tokens is not None else "raise")
         if differing is not None and policy == "raise":
             assert buf is not None
             _check_overlap(buf[begin : begin + overlap], arr[:overlap], begin)
@@ -1188,7 +1196,7 @@ class RouteTrace:
                 return False
         elif layers != buf.shape[1] or top_k != buf.shape[2]:
             return False
-        if on_conflict is not None and not _choice(on_conflict, _CONFLICT_POLICIES):
+        if on_conflict is not None and _choice(on_conflict, _CONFLICT_POLICIES) is None:
             return False
         per_row = layers * top_k
         end = start + n

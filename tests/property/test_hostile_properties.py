@@ -29,6 +29,7 @@ from r3wire import (
     DecodeError,
     EncodeError,
     R3WireError,
+    RouteTrace,
     decode_array,
     decode_logprobs,
     decode_routes,
@@ -37,6 +38,9 @@ from r3wire import (
     encode_logprobs,
     encode_routes,
     encode_routes_frame,
+    formats,
+    pad_routes,
+    pad_sequences,
 )
 from r3wire._validate import load_object
 from r3wire.errors import describe
@@ -446,3 +450,34 @@ def test_what_a_writer_sends_its_reader_reads(dims: list[int], zero_at: int, wri
         assert len(shape) > 32 or _extent(shape) > MAX_EXTENT or frame_limit, str(refused)
     else:
         assert list(decoders[writer](payload).shape) == shape
+
+
+@given(st.sampled_from(HOSTILE_STRS), st.sampled_from(["left", "right", "zzz", "arange", "balanced", "keep"]))
+def test_an_option_given_as_a_str_subclass_acts_as_its_characters(cls: type[str], value: str) -> None:
+    """``side``, ``fill``, ``on_conflict`` and a format name given as a str subclass act as the plain string:
+    an always-equal subclass matched every choice."""
+    routes = [np.array([[[0, 1]]], dtype=np.uint8), np.array([[[1, 2]], [[2, 3]]], dtype=np.uint8)]
+
+    def outcome(call: Callable[[Any], Any], arg: Any) -> Any:
+        try:
+            result = call(arg)
+        except R3WireError as exc:
+            return (type(exc).__name__, exc.field)
+        return [np.asarray(part).tolist() for part in result] if isinstance(result, tuple) else result
+
+    calls: list[Callable[[str], Any]] = [
+        lambda v: pad_routes(routes, side=v),  # type: ignore[arg-type]  # untyped callers pass anything
+        lambda v: pad_routes(routes, fill=v, num_experts=8),  # type: ignore[arg-type]
+        lambda v: pad_sequences([np.arange(2), np.arange(3)], side=v),  # type: ignore[arg-type]
+        lambda v: formats.write(routes[1], format=v),
+    ]
+    for call in calls:
+        assert outcome(call, cls(value)) == outcome(call, value)
+    trace, plain = RouteTrace(), RouteTrace()
+    for t in (trace, plain):
+        t.add(routes[1], start=0)
+    got = outcome(lambda v: trace.add(routes[1][::-1], start=0, on_conflict=v), cls(value))
+    want = outcome(lambda v: plain.add(routes[1][::-1], start=0, on_conflict=v), value)
+    assert got == want
+    assert trace.rows == plain.rows
+    assert trace.conflicts == plain.conflicts

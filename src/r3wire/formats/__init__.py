@@ -25,7 +25,7 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
-from r3wire._validate import check_int, check_shape, optional_max_elements
+from r3wire._validate import check_int, check_shape, optional_max_elements, plain_str
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 from r3wire.formats._common import (
     MISSING_ROUTE,
@@ -207,9 +207,10 @@ _INT64_MAX: Final = (1 << 63) - 1
 
 
 def _format_name(name: object) -> str:
-    if not isinstance(name, str) or name not in FORMATS:
+    plain = plain_str(name)  # a str subclass by its characters: its own __eq__ or __hash__ could match any name
+    if not isinstance(plain, str) or plain not in FORMATS:
         raise R3WireError.make("format", f"'auto' or one of {list(FORMATS)}", name)
-    return name
+    return plain
 
 
 def _positive(value: int | None, field: str) -> int | None:
@@ -467,14 +468,14 @@ def read(
     """
     named: object = format  # typed str, but untyped callers pass anything
     # The type first: ``==`` on an ndarray compares elementwise, and its truth value raises.
-    name = "auto" if isinstance(named, str) and named == "auto" else _format_name(named)
-    given: object = dtype  # typed str, but untyped callers pass anything
+    name = "auto" if isinstance(named, str) and plain_str(named) == "auto" else _format_name(named)
+    given: object = plain_str(dtype)  # typed str, but untyped callers pass anything
     if given is not None and (not isinstance(given, str) or given not in SGLANG_DTYPES):
         raise R3WireError.make("dtype", f"one of {list(SGLANG_DTYPES)} (sglang's bare string)", given)
     opts = ReadOptions(
         num_layers=_positive(num_layers, "num_layers"),
         top_k=_positive(top_k, "top_k"),
-        dtype=dtype,
+        dtype=given,
         num_experts=optional_num_experts(num_experts),
         max_elements=optional_max_elements(max_elements),
     )
