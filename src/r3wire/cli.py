@@ -181,14 +181,14 @@ def _check_plot_path(path: str) -> None:
     *others, last = (f".{name}" for name in _PLOT_FORMATS)
     expected = f"a file name ending in {', '.join(others)} or {last} (such as load.png: the extension picks the format)"
     if "\0" in path:
-        raise R3WireError.make("--plot", "a file name without NUL characters", path)
+        raise R3WireError.make("--plot", "a file name without NUL characters", repr(path), raw=True)
     if os.path.isdir(path):
-        raise R3WireError.make("--plot", "a file name, not a directory", path)
+        raise R3WireError.make("--plot", "a file name, not a directory", repr(path), raw=True)
     if os.path.splitext(path)[1][1:].lower() not in _PLOT_FORMATS:
-        raise R3WireError.make("--plot", expected, path)
+        raise R3WireError.make("--plot", expected, repr(path), raw=True)
     parent = os.path.dirname(path) or "."
     if not os.path.isdir(parent):
-        raise R3WireError.make("--plot", "a file in an existing directory", path)
+        raise R3WireError.make("--plot", "a file in an existing directory", repr(path), raw=True)
 
 
 def _plot_path(path: str, index: int, count: int) -> str:
