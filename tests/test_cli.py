@@ -8,6 +8,7 @@ import sys
 
 import pytest
 
+from r3wire import cli
 from r3wire.cli import main
 from r3wire.demo import MAX_DRAWS, MAX_IDS, MAX_REPEAT, MAX_ROW_DRAWS, check_demo_arguments
 from r3wire.errors import R3WireError
@@ -121,3 +122,14 @@ def test_demo_with_stdout_closed_says_so() -> None:
         out.stderr
         == "r3wire: error: standard output must be open (demo writes its result there), got a closed stream\n"
     )
+
+
+def test_interrupt_is_one_line_and_status_130(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(**_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "run_demo", interrupted)
+    assert main(["demo"]) == 130
+    assert capsys.readouterr().err == "r3wire: error: interrupted\n"

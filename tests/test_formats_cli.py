@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import codecs
 import contextlib
+import importlib.util
 import io
 import os
 import subprocess
@@ -444,3 +445,21 @@ def test_json_goes_to_a_text_only_stdout(tmp_path: Path) -> None:
     report, converted = out.getvalue().splitlines()
     assert orjson.loads(report)["shape"] == [40, 4, 2]
     assert np.array_equal(read(converted, "nemo-rl").routes, ROUTES)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="closes a descriptor of the child before it starts")
+def test_with_stderr_closed_nothing_meant_for_it_lands_in_stdout(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "r3wire", *args], capture_output=True, check=False, preexec_fn=lambda: os.close(2)
+        )
+
+    refused = run("convert", str(tmp_path / "missing.json"))
+    assert (refused.returncode, refused.stdout) == (2, b"")
+    if importlib.util.find_spec("matplotlib") is not None:
+        plotted = run(
+            "inspect", "--json", "--plot", str(tmp_path / "load.png"), _file(tmp_path, write(ROUTES, "skyrl"))
+        )
+        assert plotted.returncode == 0
+        assert orjson.loads(plotted.stdout)["shape"] == [40, 4, 2]  # the "wrote ..." note is not mixed in
+        assert (tmp_path / "load.png").read_bytes().startswith(b"\x89PNG")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import contextlib
 import os
 import re
 import stat
@@ -238,9 +239,7 @@ def _inspect(args: argparse.Namespace) -> int:
         for index, summary in enumerate(summaries):
             where = _plot_path(args.plot, index, len(summaries))
             _plot(summary, where)
-            print(
-                f"{_PROG}: wrote the expert load heatmap of {summary.path or 'the payload'} to {where}", file=sys.stderr
-            )
+            _say(f"{_PROG}: wrote the expert load heatmap of {summary.path or 'the payload'} to {where}")
     if args.json:
         out = [summary.to_json() for summary in summaries] if is_response else summaries[0].to_json()
         _write(orjson.dumps(out) + b"\n")
@@ -367,6 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Bad input is the user's to fix, not ours to debug: one line, no traceback, argparse's exit status.
         _error(parser.prog, str(exc))
         return 2
+    except KeyboardInterrupt:
+        _error(parser.prog, "interrupted")
+        return 130  # the shell's status for a process stopped by SIGINT
     except (Exception, RecursionError) as exc:  # the promise: never a traceback, whatever the file
         _error(parser.prog, f"internal error {type(exc).__name__} (please report this input): {exc}")
         return 2
@@ -375,4 +377,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _error(prog: str, message: str) -> None:
     text = " ".join(message.split())
-    print(f"{prog}: error: {text[:_MAX_MESSAGE]}", file=sys.stderr)
+    _say(f"{prog}: error: {text[:_MAX_MESSAGE]}")
+
+
+def _say(line: str) -> None:
+    """Write a line to standard error; with it closed, say nothing.
+
+    ``print(file=None)`` would write to standard output instead, into the result a pipeline reads (`2>&-`).
+    """
+    stderr = sys.stderr
+    if stderr is None:
+        return
+    # Not writable, or closed by an in-process caller: there is nowhere left to say it.
+    with contextlib.suppress(OSError, ValueError):
+        print(line, file=stderr)
