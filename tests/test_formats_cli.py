@@ -341,7 +341,10 @@ def test_input_larger_than_the_cap_is_refused_by_name(tmp_path: Path, capsys: py
     with huge.open("wb") as handle:
         handle.truncate((1 << 30) + 1)
     assert main(["inspect", str(huge)]) == 2
-    _one_line_error(capsys.readouterr().err, "must be at most 1,073,741,824 bytes")
+    _one_line_error(
+        capsys.readouterr().err,
+        "must be at most 1,073,741,824 bytes (raise the limit with --max-input-bytes), got 1,073,741,825 bytes",
+    )
 
 
 class _Zeros(io.RawIOBase):
