@@ -383,12 +383,14 @@ def test_inspect_dev_zero_ends_with_a_clean_error() -> None:
     )
 
 
-@pytest.mark.parametrize(("text", "value"), [("4G", 4 << 30), ("1k", 1024), ("16MiB", 16 << 20), ("123", 123)])
+@pytest.mark.parametrize(
+    ("text", "value"), [("4G", 4 << 30), ("1k", 1024), ("16MiB", 16 << 20), ("2tb", 2 << 40), ("123", 123), ("9b", 9)]
+)
 def test_max_input_bytes_takes_binary_suffixes(text: str, value: int) -> None:
     assert build_parser().parse_args(["inspect", "--max-input-bytes", text, "f"]).max_input_bytes == value
 
 
-@pytest.mark.parametrize("text", ["0", "-1", "1x", "", "1.5G", "9" * 5000])
+@pytest.mark.parametrize("text", ["0", "-1", "1x", "", "1.5G", "4ib", "G", "9" * 5000])
 def test_max_input_bytes_refuses_a_bad_value_on_one_line(text: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         main(["inspect", "--max-input-bytes", text, "f"])

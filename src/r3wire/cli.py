@@ -27,9 +27,10 @@ _DEFAULT_MAX_INPUT = 1 << 30
 _CHUNK = 1 << 24  # a stream is read 16 MiB at a time, so an endless one stops at the limit, not out of memory
 _SIZE_SUFFIXES = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
-# The image formats --plot writes, picked by the file's extension. matplotlib writes these three with its own
-# backends (no extra package), and a path without one of them is refused rather than given ".png" behind the
-# user's back (matplotlib's default), so the path reported is always the file written.
+# The image formats --plot writes, picked by the file's extension: a raster for a quick look and two vector formats
+# for documents, written by every matplotlib release the plot extra allows with nothing else installed (JPEG would
+# blur the heatmap's cells). A path without one of them is refused, not given ".png" behind the user's back
+# (matplotlib's default), so the path reported is always the file written.
 _PLOT_FORMATS = ("png", "svg", "pdf")
 
 
@@ -127,7 +128,7 @@ def _read_bounded(handle: IO[bytes], limit: int, name: str) -> bytes:
     size = _regular_file_size(handle)
     if size is not None and size > limit:
         raise _too_large(name, limit, f"{size:,} bytes")
-    # A regular file is read in one call (one allocation, as before); a stream (pipe, device) in chunks.
+    # A regular file is read in one call (one allocation); a stream (pipe, device) in chunks.
     want = size + 1 if size is not None else _CHUNK
     chunks: list[bytes] = []
     total = 0
@@ -171,10 +172,10 @@ def _check_text(raw: bytes, name: str) -> None:
 
 def _parse_size(text: str) -> int:
     """``--max-input-bytes``: a byte count, optionally with K, M, G or T (powers of 1024)."""
-    match = re.fullmatch(r"\s*(\d{1,20})\s*([kmgt]?)(?:i?b)?\s*", text.lower())
+    match = re.fullmatch(r"\s*(\d{1,20})\s*(?:([kmgt])(?:i?b)?|b)?\s*", text.lower())
     if match is None or int(match.group(1)) == 0:
         raise argparse.ArgumentTypeError(f"must be a positive byte count such as 4G or 4294967296, got {text!r}")
-    return int(match.group(1)) * _SIZE_SUFFIXES[match.group(2)]
+    return int(match.group(1)) * _SIZE_SUFFIXES[match.group(2) or ""]
 
 
 def _check_plot_path(path: str) -> None:
@@ -352,7 +353,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status (0 success, 2 bad input)."""
+    """Run the command line and return its exit status.
+
+    0 success, 1 the reader of the output went away (``| head``), 2 bad input, 130 interrupted. Every error is one
+    line on standard error, ``r3wire: error: <field> must be <expected>, got <got>``; "internal error ... please
+    report this input" is kept for bugs in r3wire.
+
+    Raises:
+        SystemExit: ``--help`` (status 0), or a usage mistake (status 2, one line), as argparse does.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
