@@ -10,7 +10,7 @@ import pytest
 
 from r3wire import cli
 from r3wire.cli import main
-from r3wire.demo import MAX_DRAWS, MAX_IDS, MAX_REPEAT, MAX_ROW_DRAWS, check_demo_arguments
+from r3wire.demo import MAX_DRAWS, MAX_IDS, MAX_REPEAT, MAX_ROW_DRAWS, MAX_TOKEN_LAYERS, check_demo_arguments
 from r3wire.errors import R3WireError
 
 
@@ -47,15 +47,19 @@ def test_usage_error_exits_2() -> None:
     ("args", "needle"),
     [
         # --tokens 0 is refused, not run: JSON lists cannot carry an empty array's inner dimensions.
-        (["--tokens", "0"], "--tokens must be an integer in 1..16777216, got 0"),
-        (["--layers", "0"], "--layers must be an integer in 1..16777216, got 0"),
-        (["--tokens", "-1"], "--tokens must be an integer in 1..16777216, got -1"),
+        (["--tokens", "0"], "--tokens must be an integer in 1..2097152, got 0"),
+        (["--layers", "0"], "--layers must be an integer in 1..2097152, got 0"),
+        (["--tokens", "-1"], "--tokens must be an integer in 1..2097152, got -1"),
         (["--top-k", "0"], "--top-k must be an integer in 1..128 (at most --num-experts), got 0"),
         (["--num-experts", "1"], "--top-k must be an integer in 1..1 (at most --num-experts), got 8"),
         (["--num-experts", "0"], "--num-experts must be an integer in 1..2147483648, got 0"),
         (["--num-experts", "99999999999"], "--num-experts must be an integer in 1..2147483648, got 99999999999"),
         (["--repeat", "0"], "--repeat must be an integer in 1..1000, got 0"),
-        (["--tokens", "99999999999"], "--tokens must be an integer in 1..16777216"),
+        (["--tokens", "99999999999"], "--tokens must be an integer in 1..2097152"),
+        (
+            ["--tokens", "1048577", "--layers", "2", "--top-k", "1"],
+            "--tokens x --layers must be at most 2,097,152 token-layer pairs (JSON lists of ids), got 1048577 x 2",
+        ),
         (["--tokens", "100000"], "--tokens x --layers x --top-k must be at most 16,777,216 expert ids, got 100000 x"),
         (["--num-experts", "100000"], "--layers x --num-experts must be at most 4,194,304 router scores per token"),
         (
@@ -74,9 +78,13 @@ def test_demo_refuses_bad_arguments_by_flag(args: list[str], needle: str, capsys
 
 
 def test_demo_limits_are_exact_and_stated_in_help(capsys: pytest.CaptureFixture[str]) -> None:
-    check_demo_arguments(tokens=MAX_IDS // 8, layers=2, top_k=4, num_experts=128, repeat=MAX_REPEAT)
+    # At two limits at once: tokens x layers x top_k and tokens x layers.
+    check_demo_arguments(tokens=MAX_IDS // 128, layers=16, top_k=8, num_experts=128, repeat=MAX_REPEAT)
     with pytest.raises(R3WireError, match="expert ids"):
-        check_demo_arguments(tokens=MAX_IDS // 8 + 1, layers=2, top_k=4, num_experts=128, repeat=1)
+        check_demo_arguments(tokens=MAX_IDS // 128 + 1, layers=16, top_k=8, num_experts=128, repeat=1)
+    check_demo_arguments(tokens=MAX_TOKEN_LAYERS, layers=1, top_k=1, num_experts=1, repeat=1)
+    with pytest.raises(R3WireError, match="token-layer pairs"):
+        check_demo_arguments(tokens=MAX_TOKEN_LAYERS // 2 + 1, layers=2, top_k=1, num_experts=1, repeat=1)
     check_demo_arguments(tokens=1, layers=1, top_k=1, num_experts=MAX_ROW_DRAWS, repeat=1)
     with pytest.raises(R3WireError, match="per token"):
         check_demo_arguments(tokens=1, layers=1, top_k=1, num_experts=MAX_ROW_DRAWS + 1, repeat=1)
@@ -90,7 +98,12 @@ def test_demo_limits_are_exact_and_stated_in_help(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         main(["demo", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    for limit in (f"{MAX_IDS:,} expert ids", f"{MAX_DRAWS:,} synthetic router scores", f"{MAX_ROW_DRAWS:,}"):
+    for limit in (
+        f"{MAX_IDS:,} expert ids",
+        f"tokens x layers at most {MAX_TOKEN_LAYERS:,}",
+        f"{MAX_DRAWS:,} synthetic router scores",
+        f"layers x num_experts at most {MAX_ROW_DRAWS:,}",
+    ):
         assert limit in help_text
 
 

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO, Any, NoReturn
 
-from r3wire.demo import MAX_DRAWS, MAX_IDS, MAX_REPEAT, MAX_ROW_DRAWS, run_demo
+from r3wire.demo import MAX_DRAWS, MAX_IDS, MAX_REPEAT, MAX_ROW_DRAWS, MAX_TOKEN_LAYERS, run_demo
 from r3wire.errors import DecodeError, R3WireError
 
 __all__ = ["main"]
@@ -298,11 +298,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare r3wire with JSON lists on a realistic generated rollout",
         description="Compare r3wire with JSON lists on a realistic generated rollout.",
         epilog=(
-            f"Limits, so that a typo cannot start a multi-GB run: tokens x layers x top_k at most {MAX_IDS:,} expert "
-            f"ids (1 to 1.5 GB of memory at the JSON-lists row's peak; 32k tokens of Qwen3-30B-A3B are 12.6M); "
-            f"tokens x layers x num_experts at most {MAX_DRAWS:,} synthetic router scores (about 25 s to draw); "
-            f"layers x num_experts at most {MAX_ROW_DRAWS:,}; num_experts at most 2**31 (int32 ids); repeat at "
-            f"most {MAX_REPEAT}. Every value is at least 1, and top_k at most num_experts."
+            f"Limits, so that a typo cannot start a multi-GB run (at the limits a run needs 1 to 1.5 GB of memory "
+            f"and minutes): tokens x layers x top_k at most {MAX_IDS:,} expert ids (32k tokens of "
+            f"Qwen3-30B-A3B are 12.6M); tokens x layers at most {MAX_TOKEN_LAYERS:,}; tokens x layers x num_experts "
+            f"at most {MAX_DRAWS:,} synthetic router scores; layers x num_experts at most {MAX_ROW_DRAWS:,}; "
+            f"num_experts at most 2**31 (int32 ids); repeat at most {MAX_REPEAT}. Every value is at least 1 (JSON "
+            "lists cannot carry an empty array's shape), and top_k at most num_experts."
         ),
     )
     demo.add_argument("--tokens", type=int, default=4096, help="token positions (default: 4096)")

@@ -22,13 +22,24 @@ from r3wire.routes import decode_routes, encode_routes
 from r3wire.schema import MAX_NUM_EXPERTS
 from r3wire.synthetic import synthetic_routes
 
-__all__ = ["MAX_DRAWS", "MAX_IDS", "MAX_REPEAT", "MAX_ROW_DRAWS", "check_demo_arguments", "run_demo"]
+__all__ = [
+    "MAX_DRAWS",
+    "MAX_IDS",
+    "MAX_REPEAT",
+    "MAX_ROW_DRAWS",
+    "MAX_TOKEN_LAYERS",
+    "check_demo_arguments",
+    "run_demo",
+]
 
-# Limits, so that a typo cannot start a multi-GB allocation or a run of minutes. Measured here (2 cores, repeat 1,
-# peak RSS): 32k tokens of Qwen3-30B-A3B (12.6M ids) 0.7 GB in 11 s; at MAX_IDS 0.9 GB with ids below 128 (small
-# ints are shared) and 1.4 GB with ids up to 65535 (each a separate Python int in the JSON-lists row). The synthetic
-# router draws one random score per token, layer and expert, at ~22 ns each.
+# Limits, so that a typo cannot start a multi-GB allocation or a run of minutes. The JSON-lists row dominates memory:
+# a Python int per id (small ids are shared, ids from 256 up are not) and a Python list per token and layer. Measured
+# here (2 cores, repeat 1, peak RSS): 32k tokens of Qwen3-30B-A3B (12.6M ids) 0.7 GB in 11 s; at MAX_IDS with 48
+# layers 0.9 GB (ids below 128) and 1.4 GB (ids up to 65535); at MAX_TOKEN_LAYERS with top-8 1.1 GB (ids below 128)
+# and 1.4 GB (ids up to 511, 58 s), and with top-1 0.6 GB, so 2**24 rows of one id would take about 5 GB. The
+# synthetic router draws one random score per token, layer and expert, at ~22 ns each.
 MAX_IDS = 1 << 24  # tokens x layers x top_k: 16.8M ids, 64 MiB as int32
+MAX_TOKEN_LAYERS = 1 << 21  # tokens x layers: 2.1M lists in the JSON-lists row (32k tokens x 60 layers fit)
 MAX_DRAWS = 1 << 30  # tokens x layers x num_experts router scores: about 25 s to draw
 # layers x num_experts: one token's scores. Up to this synthetic_routes bounds its scratch at 16 MB by drawing
 # several tokens at a time; beyond it the scratch is one token's scores, at 20 bytes each.
@@ -44,10 +55,10 @@ def check_demo_arguments(*, tokens: object, layers: object, top_k: object, num_e
 
     Raises:
         R3WireError: a value is not an integer in its range, ``top_k`` exceeds ``num_experts``, or the rollout
-            exceeds :data:`MAX_IDS`, :data:`MAX_ROW_DRAWS` or :data:`MAX_DRAWS`.
+            exceeds :data:`MAX_IDS`, :data:`MAX_TOKEN_LAYERS`, :data:`MAX_ROW_DRAWS` or :data:`MAX_DRAWS`.
     """
-    n_tokens = check_int(tokens, "--tokens", minimum=1, maximum=MAX_IDS, error=R3WireError)
-    n_layers = check_int(layers, "--layers", minimum=1, maximum=MAX_IDS, error=R3WireError)
+    n_tokens = check_int(tokens, "--tokens", minimum=1, maximum=MAX_TOKEN_LAYERS, error=R3WireError)
+    n_layers = check_int(layers, "--layers", minimum=1, maximum=MAX_TOKEN_LAYERS, error=R3WireError)
     # The widest route dtype (int32) holds ids below 2**31.
     experts = check_int(num_experts, "--num-experts", minimum=1, maximum=MAX_NUM_EXPERTS, error=R3WireError)
     if not (is_int(top_k) and 1 <= top_k <= experts):
@@ -56,6 +67,7 @@ def check_demo_arguments(*, tokens: object, layers: object, top_k: object, num_e
     check_int(repeat, "--repeat", minimum=1, maximum=MAX_REPEAT, error=R3WireError)
     for field, factors, limit, what in (
         ("--tokens x --layers x --top-k", (n_tokens, n_layers, k), MAX_IDS, "expert ids"),
+        ("--tokens x --layers", (n_tokens, n_layers), MAX_TOKEN_LAYERS, "token-layer pairs (JSON lists of ids)"),
         ("--layers x --num-experts", (n_layers, experts), MAX_ROW_DRAWS, "router scores per token"),
         ("--tokens x --layers x --num-experts", (n_tokens, n_layers, experts), MAX_DRAWS, "router scores"),
     ):

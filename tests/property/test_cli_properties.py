@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from r3wire import cli, encode_routes
 from r3wire.cli import main
-from r3wire.demo import MAX_DRAWS, MAX_IDS, MAX_REPEAT, MAX_ROW_DRAWS, check_demo_arguments
+from r3wire.demo import MAX_DRAWS, MAX_IDS, MAX_REPEAT, MAX_ROW_DRAWS, MAX_TOKEN_LAYERS, check_demo_arguments
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.synthetic import synthetic_routes
 
@@ -24,7 +24,17 @@ pytestmark = pytest.mark.property
 # Around every limit, at both ends, and far beyond them (what a typo gives).
 _COUNTS = st.one_of(
     st.integers(-3, 40),
-    st.sampled_from([MAX_IDS, MAX_IDS + 1, MAX_ROW_DRAWS, MAX_ROW_DRAWS + 1, 1 << 31, (1 << 31) + 1, MAX_REPEAT + 1]),
+    st.sampled_from(
+        [
+            *(
+                limit + delta
+                for limit in (MAX_IDS, MAX_TOKEN_LAYERS, MAX_ROW_DRAWS, 1 << 31, MAX_REPEAT)
+                for delta in (0, 1)
+            ),
+            MAX_TOKEN_LAYERS // 2,
+            MAX_ROW_DRAWS // 2,
+        ]
+    ),
     st.integers(-(2**70), 2**70),
 )
 _ARGUMENT = st.one_of(_COUNTS, st.booleans(), st.none(), st.floats(allow_nan=False), st.text(max_size=3))
@@ -52,6 +62,7 @@ def test_demo_arguments_are_refused_by_flag_or_bounded(
     assert top_k <= num_experts <= 1 << 31
     assert repeat <= MAX_REPEAT
     assert tokens * layers * top_k <= MAX_IDS
+    assert tokens * layers <= MAX_TOKEN_LAYERS
     assert layers * num_experts <= MAX_ROW_DRAWS
     assert tokens * layers * num_experts <= MAX_DRAWS
     if tokens * layers * num_experts <= 4096:  # small enough to generate here: the generator takes them too
