@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import statistics
 import textwrap
 import time
@@ -32,8 +33,8 @@ __all__ = [
     "run_demo",
 ]
 
-# Limits, so that a typo cannot start a multi-GB allocation or a run of minutes. The JSON-lists row dominates memory:
-# a Python int per id (small ids are shared, ids from 256 up are not) and a Python list per token and layer. Measured
+# Limits, so that a typo cannot start a multi-GB allocation or a run of hours. The JSON-lists row dominates memory:
+# a Python int per id (ids up to 256 are shared, larger ones are not) and a Python list per token and layer. Measured
 # here (2 cores, repeat 1, peak RSS): 32k tokens of Qwen3-30B-A3B (12.6M ids) 0.7 GB in 11 s; at MAX_IDS with 48
 # layers 0.9 GB (ids below 128) and 1.4 GB (ids up to 65535); at MAX_TOKEN_LAYERS with top-8 1.1 GB (ids below 128)
 # and 1.4 GB (ids up to 511, 58 s), and with top-1 0.6 GB, so 2**24 rows of one id would take about 5 GB. The
@@ -71,9 +72,7 @@ def check_demo_arguments(*, tokens: object, layers: object, top_k: object, num_e
         ("--layers x --num-experts", (n_layers, experts), MAX_ROW_DRAWS, "router scores per token"),
         ("--tokens x --layers x --num-experts", (n_tokens, n_layers, experts), MAX_DRAWS, "router scores"),
     ):
-        total = 1
-        for factor in factors:
-            total *= factor
+        total = math.prod(factors)
         if total > limit:
             shown = " x ".join(str(factor) for factor in factors)
             raise R3WireError.make(field, f"at most {limit:,} {what}", f"{shown} = {total:,}", raw=True)
