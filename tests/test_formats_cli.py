@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import base64
+import codecs
+import contextlib
+import importlib.util
+import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +18,7 @@ import orjson
 import pytest
 
 from r3wire import decode_routes, encode_routes
-from r3wire.cli import main
+from r3wire.cli import build_parser, main
 from r3wire.formats import read, write
 from r3wire.synthetic import synthetic_routes
 
@@ -252,3 +257,214 @@ def test_plot_says_where_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[
         written = tmp_path / f"load-{index}.png"
         assert str(written) in err
         assert written.read_bytes().startswith(b"\x89PNG")
+
+
+def _one_line_error(err: str, needle: str) -> None:
+    assert err.startswith("r3wire: error: ")
+    assert err.count("\n") == 1
+    assert needle in err
+    assert "internal error" not in err
+
+
+@pytest.mark.parametrize(
+    ("name", "needle"),
+    [
+        ("heat", "--plot must be a file name ending in .png, .svg or .pdf"),  # matplotlib would write heat.png
+        ("out.weird", "--plot must be a file name ending in .png, .svg or .pdf"),
+        (".png", "--plot must be a file name ending in .png, .svg or .pdf"),  # matplotlib would write .png.png
+        ("", "--plot must be a file name ending in .png, .svg or .pdf"),  # was silently ignored
+        ("no/such/dir/load.png", "--plot must be a file in an existing directory"),
+        ("load\0.png", "--plot must be a file name without NUL characters"),  # open() would raise ValueError
+    ],
+)
+def test_plot_refuses_a_path_it_would_not_write_as_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, name: str, needle: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    path = _file(tmp_path, write(ROUTES, "prime-rl"), "payload.json")
+    assert main(["inspect", "--plot", name, path]) == 2
+    out, err = capsys.readouterr()
+    _one_line_error(err, needle)
+    assert out == ""
+    assert sorted(item.name for item in tmp_path.iterdir()) == ["payload.json"]
+
+
+def test_plot_refuses_a_directory_before_reading_the_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "dir.png").mkdir()
+    for target in (tmp_path, tmp_path / "dir.png"):
+        assert main(["inspect", "--plot", str(target), str(tmp_path / "missing.json")]) == 2
+        _one_line_error(capsys.readouterr().err, f"--plot must be a file name, not a directory, got {str(target)!r}")
+    assert not tmp_path.with_suffix(".png").exists()  # matplotlib would have written <dir>.png
+
+
+@pytest.mark.filterwarnings(r"ignore:'\w+' deprecated - use:DeprecationWarning")
+@pytest.mark.parametrize(("name", "magic"), [("load.svg", b"<?xml"), ("load.PDF", b"%PDF"), ("load.Png", b"\x89PNG")])
+def test_plot_writes_the_format_its_extension_names(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, magic: bytes
+) -> None:
+    pytest.importorskip("matplotlib")
+    image = tmp_path / name
+    assert main(["inspect", "--plot", str(image), _file(tmp_path, write(ROUTES, "prime-rl"))]) == 0
+    assert image.read_bytes().startswith(magic)
+    assert capsys.readouterr().err == f"r3wire: wrote the expert load heatmap of the payload to {image}\n"
+    assert sorted(item.name for item in tmp_path.iterdir()) == sorted([name, "payload"])
+
+
+@pytest.mark.filterwarnings(r"ignore:'\w+' deprecated - use:DeprecationWarning")
+def test_plot_names_the_flag_when_the_file_cannot_be_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("matplotlib")
+    (tmp_path / "load-1.png").mkdir()  # the second routes field's image cannot be written
+    image = tmp_path / "load.png"
+    assert main(["inspect", "--plot", str(image), _file(tmp_path, _response(), "body")]) == 2
+    wrote, refused = capsys.readouterr().err.splitlines(keepends=True)
+    assert wrote == f"r3wire: wrote the expert load heatmap of $.choices[0].routed_experts to {tmp_path}/load-0.png\n"
+    _one_line_error(
+        refused, f"--plot must be a file this process can write, got '{tmp_path}/load-1.png' (Is a directory)"
+    )
+
+
+def test_input_larger_than_the_cap_is_refused_by_name(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, write(ROUTES, "prime-rl"))
+    size = Path(path).stat().st_size
+    assert main(["inspect", "--max-input-bytes", str(size), path]) == 0
+    capsys.readouterr()
+    assert main(["convert", "--max-input-bytes", str(size - 1), path]) == 2
+    _one_line_error(
+        capsys.readouterr().err,
+        f"input {path!r} must be at most {size - 1:,} bytes (raise the limit with --max-input-bytes), "
+        f"got {size:,} bytes",
+    )
+    # The default is 1 GiB; a regular file's size is checked before anything is read (this one is sparse).
+    huge = tmp_path / "huge.json"
+    with huge.open("wb") as handle:
+        handle.truncate((1 << 30) + 1)
+    assert main(["inspect", str(huge)]) == 2
+    _one_line_error(
+        capsys.readouterr().err,
+        "must be at most 1,073,741,824 bytes (raise the limit with --max-input-bytes), got 1,073,741,825 bytes",
+    )
+
+
+class _Zeros(io.RawIOBase):
+    """An endless stream, like /dev/zero, that counts what was read from it."""
+
+    def __init__(self) -> None:
+        self.served = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        view[:] = bytes(len(view))
+        self.served += len(view)
+        return len(view)
+
+
+def test_an_endless_stream_stops_at_the_cap(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    zeros = _Zeros()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BufferedReader(zeros)))
+    assert main(["inspect", "--max-input-bytes", "1M", "-"]) == 2
+    _one_line_error(capsys.readouterr().err, "standard input must be at most 1,048,576 bytes")
+    assert zeros.served <= (1 << 20) + io.DEFAULT_BUFFER_SIZE + 1
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs /dev/zero")
+def test_inspect_dev_zero_ends_with_a_clean_error() -> None:
+    out = _run("inspect", "--max-input-bytes", "4M", "/dev/zero")
+    assert out.returncode == 2
+    assert out.stderr.decode() == (
+        "r3wire: error: input '/dev/zero' must be at most 4,194,304 bytes (raise the limit with --max-input-bytes), "
+        "got more than 4,194,304 bytes\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "value"), [("4G", 4 << 30), ("1k", 1024), ("16MiB", 16 << 20), ("2tb", 2 << 40), ("123", 123), ("9b", 9)]
+)
+def test_max_input_bytes_takes_binary_suffixes(text: str, value: int) -> None:
+    assert build_parser().parse_args(["inspect", "--max-input-bytes", text, "f"]).max_input_bytes == value
+
+
+@pytest.mark.parametrize("text", ["0", "-1", "1x", "", "1.5G", "4ib", "G", "9" * 5000])
+def test_max_input_bytes_refuses_a_bad_value_on_one_line(text: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["inspect", "--max-input-bytes", text, "f"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("r3wire inspect: error: argument --max-input-bytes: must be a positive byte count")
+    assert err.count("\n") == 1
+    assert len(err) < 2100
+
+
+@pytest.mark.parametrize(
+    ("stdin", "needle"),
+    [
+        (b"", "standard input must be a routes payload or a response body, got an empty input"),
+        (b" \n\t", "standard input must be a routes payload or a response body, got only whitespace"),
+        (
+            codecs.BOM_UTF8 + orjson.dumps(encode_routes(ROUTES)),
+            "standard input must be UTF-8 without a byte order mark (JSON texts carry none",
+        ),
+    ],
+)
+def test_empty_input_and_a_bom_are_named(stdin: bytes, needle: str) -> None:
+    for command in ("inspect", "convert"):
+        out = _run(command, "-", stdin=stdin)
+        assert out.returncode == 2
+        _one_line_error(out.stderr.decode(), needle)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="closes a descriptor of the child before it starts")
+@pytest.mark.parametrize(
+    ("args", "fd", "message"),
+    [
+        (["inspect", "-"], 0, "standard input must be open (FILE is -), got a closed stream"),
+        (["convert", "FILE"], 1, "standard output must be open (convert writes its result there), got a closed stream"),
+        (["inspect", "FILE"], 1, "standard output must be open (inspect writes its result there), got a closed stream"),
+    ],
+)
+def test_a_closed_standard_stream_is_named(tmp_path: Path, args: list[str], fd: int, message: str) -> None:
+    path = _file(tmp_path, write(ROUTES, "prime-rl"))
+    out = subprocess.run(
+        [sys.executable, "-m", "r3wire", *(path if arg == "FILE" else arg for arg in args)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        check=False,
+        preexec_fn=lambda: os.close(fd),
+    )
+    assert out.returncode == 2
+    assert out.stderr.decode() == f"r3wire: error: {message}\n"
+
+
+def test_json_goes_to_a_text_only_stdout(tmp_path: Path) -> None:
+    path = _file(tmp_path, write(ROUTES, "prime-rl"))
+    out = io.StringIO()  # an in-process caller's stand-in for sys.stdout, without .buffer
+    with contextlib.redirect_stdout(out):
+        assert main(["inspect", "--json", path]) == 0
+        assert main(["convert", "--to", "nemo-rl", path]) == 0
+    report, converted = out.getvalue().splitlines()
+    assert orjson.loads(report)["shape"] == [40, 4, 2]
+    assert np.array_equal(read(converted, "nemo-rl").routes, ROUTES)
+
+
+@pytest.mark.skipif(os.name != "posix", reason="closes a descriptor of the child before it starts")
+def test_with_stderr_closed_nothing_meant_for_it_lands_in_stdout(tmp_path: Path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [sys.executable, "-m", "r3wire", *args], capture_output=True, check=False, preexec_fn=lambda: os.close(2)
+        )
+
+    refused = run("convert", str(tmp_path / "missing.json"))
+    assert (refused.returncode, refused.stdout) == (2, b"")
+    if importlib.util.find_spec("matplotlib") is not None:
+        plotted = run(
+            "inspect", "--json", "--plot", str(tmp_path / "load.png"), _file(tmp_path, write(ROUTES, "skyrl"))
+        )
+        assert plotted.returncode == 0
+        assert orjson.loads(plotted.stdout)["shape"] == [40, 4, 2]  # the "wrote ..." note is not mixed in
+        assert (tmp_path / "load.png").read_bytes().startswith(b"\x89PNG")
