@@ -245,3 +245,11 @@ def test_decode_array_tensor_refuses_unsigned_wide_dtypes() -> None:
         decode_array_tensor(envelope)
     with pytest.raises(R3WireError, match=r"dtypes must be dtypes torch supports in full"):
         decode_array_tensor(envelope, dtypes=("uint16",))
+
+
+def test_a_list_of_tensors_numpy_cannot_read_is_refused_by_r3wire() -> None:
+    grad = torch.tensor([1.0, 2.0], requires_grad=True)
+    with pytest.raises(EncodeError) as caught:  # torch's RuntimeError escaped from NumPy's conversion
+        encode_array([grad, grad])
+    assert caught.value.field == "array"
+    assert "requires grad" in str(caught.value)

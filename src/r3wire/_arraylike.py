@@ -73,7 +73,8 @@ def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[A
         )  # fmt: skip
     try:
         arr = np.asarray(obj)
-    except (ValueError, TypeError, OverflowError, MemoryError) as exc:  # MemoryError: range(10**12)
+    # MemoryError: range(10**12); RuntimeError: a torch tensor inside a list that .numpy() refuses (requires grad).
+    except (ValueError, TypeError, OverflowError, MemoryError, RuntimeError) as exc:
         raise error.make(
             field,
             "an array (NumPy array, torch tensor or nested lists)",
