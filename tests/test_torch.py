@@ -157,6 +157,17 @@ def test_a_tensor_inside_vmap_is_blamed_on_itself() -> None:
     assert re.match(r"^array must be a tensor \.numpy\(\) can read .*torch\.func\.vmap\), got a Tensor", str(errors[0]))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=RuntimeError,
+    reason="r3wire._arraylike.as_numpy lets Tensor.__array__'s RuntimeError escape for a list of tensors that "
+    "require grad (np.asarray calls .numpy() on each); the fix belongs in as_numpy's except clause",
+)
+def test_a_list_of_tensors_that_require_grad_is_an_encode_error() -> None:
+    with pytest.raises(EncodeError, match=r"^array must be an array"):
+        encode_array([torch.tensor([1.0, 2.0], requires_grad=True)])
+
+
 def test_tensor_to_numpy_rejects_non_tensors() -> None:
     with pytest.raises(EncodeError, match=r"tensor must be a torch\.Tensor, got list"):
         tensor_to_numpy([1, 2])
