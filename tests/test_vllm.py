@@ -565,6 +565,12 @@ def test_encode_completion_checks_ids_against_num_experts() -> None:
         encode_completion(_completion(routes=np.full((1, 1, 1), 8, dtype=np.uint8)), num_experts=8)
 
 
+@pytest.mark.parametrize("num_experts", ["x", 0, True, 2**40])
+def test_encode_completion_checks_num_experts_without_routes(num_experts: Any) -> None:
+    with pytest.raises(R3WireError, match=r"^num_experts must be an integer in 1\.\.2147483648"):
+        encode_completion(_completion(routes=None), num_experts=num_experts)
+
+
 def test_encode_completion_rejects_unknown_format() -> None:
     with pytest.raises(R3WireError, match="logprobs_format must be 'content' or 'envelope', got 'json'"):
         encode_completion(_completion(), logprobs_format="json")  # type: ignore[arg-type]

@@ -57,7 +57,9 @@ def tensor_to_numpy(tensor: Any, *, field: str = "tensor") -> np.ndarray[Any, An
     view (still no copy); the encoders make the one C-order copy they need.
 
     Raises:
-        EncodeError: not a dense tensor with data, or its dtype has no NumPy equivalent (e.g. bfloat16).
+        EncodeError: not a dense tensor with data, its dtype has no NumPy equivalent (e.g. bfloat16), or it is a
+            tensor ``.numpy()`` cannot read whatever its dtype (a subclass such as ``MaskedTensor`` or
+            ``FakeTensor``, a tensor inside ``torch.func.vmap``): the message then names its type and torch's reason.
     """
     torch = _torch()
     if not isinstance(tensor, torch.Tensor):
@@ -108,9 +110,10 @@ def to_tensor(array: np.ndarray[Any, Any], *, device: Any = None, pin_memory: bo
         R3WireError: not a NumPy array, a masked array, a dtype torch cannot hold in full (uint16/32/64,
             strings, ...), a ``device`` that is no device name (or one this torch reports it has not: no CUDA
             build or GPU for ``"cuda"``, an index past its device count), or a ``pin_memory`` that is not a bool.
-        RuntimeError: from torch, moving to a device whose unavailability torch does not report up front (a
-            backend without ``torch.<type>.is_available()``), or out of memory there. Passed through: it is
-            the machine's state, not the input, and relabelling it would hide a real device failure.
+        RuntimeError: torch's own exception (usually this one), passed through, when the move itself fails: a
+            backend torch cannot query up front (no ``torch.<type>.is_available()``), out of memory, a lost
+            device, or ``pin_memory`` without an accelerator. That is the machine's state, not the input, and
+            relabelling it would hide a real device failure.
     """
     torch = _torch()
     target = _check_device(torch, device, pin_memory)

@@ -423,10 +423,12 @@ def encode_completion(
     Raises:
         EncodeError: the output's token ids, logprobs or routes cannot be encoded exactly (see
             :func:`sampled_logprobs`, :func:`routed_experts`, :func:`r3wire.encode_routes`).
-        R3WireError: an argument is invalid.
+        R3WireError: ``output`` is not a vLLM output, or an argument is invalid (each is checked on every call,
+            whether or not the output has logprobs or routes).
     """
     if logprobs_format not in ("content", "envelope"):
         raise R3WireError.make("logprobs_format", "'content' or 'envelope'", logprobs_format)
+    num_experts = optional_num_experts(num_experts)  # checked on every call, not only for outputs with routes
     completion, request, where = _select(output, index)
     request_id = _request_id(request_id, request)
     token_ids = _token_ids(completion, where)
