@@ -207,3 +207,31 @@ def test_encode_completion_reads_or_refuses_and_its_fragment_decodes(
     assert (back.logprobs is None) == (fragment["logprobs"] is None)
     assert back.logprobs is None or len(back.logprobs) == len(back.token_ids)
     assert (back.routed_experts is None) == (fragment["routed_experts"] is None)
+
+
+SCALAR_TYPES: tuple[Any, ...] = (int, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+@st.composite
+def id_lists(draw: st.DrawFn) -> list[Any]:
+    """Token ids as Python ints and NumPy integer scalars of every width, near and beyond int64's edges."""
+    values: list[Any] = []
+    for value in draw(st.lists(st.integers(-(2**64), 2**64) | st.sampled_from([2**63 - 1, 2**63, -1]), max_size=6)):
+        kind = draw(st.sampled_from(SCALAR_TYPES))
+        fits = kind is int or np.iinfo(kind).min <= value <= np.iinfo(kind).max
+        values.append(kind(value) if fits else value)
+    return values
+
+
+@given(id_lists())
+def test_token_ids_are_kept_exactly_or_the_first_bad_one_is_named(ids: list[Any]) -> None:
+    fragment = _read_or_refused(lambda: encode_completion(SimpleNamespace(token_ids=ids, logprobs=None)))
+    numbers = [int(v) for v in ids]
+    bad = [i for i, v in enumerate(numbers) if not 0 <= v < 2**63]
+    if fragment is not None:
+        assert not bad
+        assert fragment["token_ids"] == numbers
+        return
+    assert bad
+    with pytest.raises(R3WireError, match=rf"^output\.token_ids\[{bad[0]}\] must be .*, got {numbers[bad[0]]}$"):
+        encode_completion(SimpleNamespace(token_ids=ids, logprobs=None))
