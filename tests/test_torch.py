@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -120,6 +121,42 @@ def test_a_nested_tensor_is_named_by_its_layout() -> None:
         encode_array(nested)
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # torch calls MaskedTensor a prototype
+def test_a_tensor_subclass_is_blamed_on_itself_not_its_dtype() -> None:
+    from torch.masked import masked_tensor
+
+    masked = masked_tensor(torch.tensor([1.0, 99.0]), torch.tensor([True, False]))
+    message = (
+        r"^array must be a tensor \.numpy\(\) can read \(.*not a tensor subclass such as MaskedTensor.*\), "
+        r"got a MaskedTensor \(\.numpy\(\) is not supported for tensor subclasses\.\)$"
+    )
+    with pytest.raises(EncodeError, match=message):
+        encode_array(masked)  # refused, so its hidden 99.0 never travels; and float32 is not the reason
+
+
+def test_a_fake_tensor_is_blamed_on_itself() -> None:
+    fake_tensor: Any = pytest.importorskip("torch._subclasses.fake_tensor")
+    with fake_tensor.FakeTensorMode():
+        fake = torch.zeros(1, 1, 3, dtype=torch.int32)
+    with pytest.raises(EncodeError, match=r"^routes must be a tensor \.numpy\(\) can read .*got a FakeTensor"):
+        encode_routes(fake)
+
+
+def test_a_tensor_inside_vmap_is_blamed_on_itself() -> None:
+    errors: list[BaseException] = []
+
+    def encode(row: Any) -> Any:
+        try:
+            encode_array(row)
+        except EncodeError as exc:
+            errors.append(exc)
+        return row
+
+    torch.func.vmap(encode)(torch.zeros(2, 3))
+    assert len(errors) == 1
+    assert re.match(r"^array must be a tensor \.numpy\(\) can read .*torch\.func\.vmap\), got a Tensor", str(errors[0]))
+
+
 def test_tensor_to_numpy_rejects_non_tensors() -> None:
     with pytest.raises(EncodeError, match=r"tensor must be a torch\.Tensor, got list"):
         tensor_to_numpy([1, 2])
@@ -209,6 +246,55 @@ def test_routes_to_tensor_checks_shape_and_route_dtype() -> None:
         routes_to_tensor([[[1]]])  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("convert", "field"),
+    [(to_tensor, "array"), (routes_to_tensor, "routes")],
+    ids=["to_tensor", "routes_to_tensor"],
+)
+def test_masked_arrays_are_refused_not_unmasked(convert: Any, field: str) -> None:
+    ma: Any = np.ma  # untyped in NumPy 1.24's stubs
+    masked = ma.array(np.array([[[1, 99]]], dtype=np.uint8), mask=[[[0, 1]]])
+    message = rf"^{field} must be an array without a mask \(send arr\.filled\(value\).*got a numpy\.ma\.MaskedArray$"
+    with pytest.raises(R3WireError, match=message):
+        convert(masked)
+
+
+@pytest.mark.parametrize(
+    ("device", "message"),
+    [
+        ("nonsense", r"^device must be a torch device \('cpu', 'cuda:0', a torch\.device\), got 'nonsense' \("),
+        ([1], r"^device must be a torch device .*got \[1\] \("),
+        ("cuda:-1", r"^device must be a torch device"),
+    ],
+)
+def test_a_device_that_is_no_device_is_refused(device: Any, message: str) -> None:
+    envelope = encode_routes(_ids())
+    converts: list[Callable[[], Any]] = [
+        lambda: to_tensor(np.zeros(2, np.int32), device=device),
+        lambda: routes_to_tensor(decode_routes(envelope), device=device),
+        lambda: decode_routes_tensor(envelope, device=device),
+        lambda: decode_array_tensor(encode_array(np.zeros(2, np.int32)), device=device),
+    ]
+    for convert in converts:
+        with pytest.raises(R3WireError, match=message):
+            convert()
+
+
+def test_a_device_this_torch_reports_missing_is_refused_before_decoding(monkeypatch: pytest.MonkeyPatch) -> None:
+    if not torch.cuda.is_available():
+        with pytest.raises(R3WireError, match=r"^device must be a device this torch can use \(torch\.cuda\.is_"):
+            to_tensor(np.zeros(2, np.int32), device="cuda")
+    # An index past the count, checked before the payload is touched: a malformed payload is not even read.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(
+        R3WireError, match=r"^device must be a device this torch can use \(2 cuda devices\), got 'cuda:2'$"
+    ):
+        decode_routes_tensor(b"not even JSON", device="cuda:2")
+    with pytest.raises(R3WireError, match=r"^pin_memory must be a bool, got 'yes'$"):
+        decode_routes_tensor(b"not even JSON", pin_memory="yes")  # type: ignore[arg-type]
+
+
 def test_device_moves_the_tensor() -> None:
     routes = decode_routes(encode_routes(_ids()))
     on_cpu = routes_to_tensor(routes, device="cpu")
@@ -253,3 +339,13 @@ def test_a_list_of_tensors_numpy_cannot_read_is_refused_by_r3wire() -> None:
         encode_array([grad, grad])
     assert caught.value.field == "array"
     assert "requires grad" in str(caught.value)
+
+
+@pytest.mark.parametrize("dtypes", [5, 2.5, b"int32", object()])
+def test_decode_array_tensor_refuses_dtypes_that_are_no_names(dtypes: Any) -> None:
+    envelope = encode_array(np.arange(4, dtype=np.int32))
+    with pytest.raises(R3WireError, match=r"^dtypes must be a dtype name or a collection of names"):
+        decode_array_tensor(envelope, dtypes=dtypes)
+    assert decode_array_tensor(envelope, dtypes=["int32"]).tolist() == [0, 1, 2, 3]
+    names = (d for d in ["int32"])  # any iterable of names works
+    assert decode_array_tensor(envelope, dtypes=names).tolist() == [0, 1, 2, 3]  # type: ignore[arg-type]

@@ -11,13 +11,22 @@ import array
 import logging
 import math
 import struct
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
 
-from r3wire import DecodeError, EncodeError, R3WireError, decode_routes, encode_routes
+from r3wire import (
+    DecodeError,
+    EncodeError,
+    R3WireError,
+    UnsupportedVersionError,
+    decode_routes,
+    encode_logprobs,
+    encode_routes,
+)
 
 outputs: Any = pytest.importorskip("vllm.outputs")
 vllm_logprobs: Any = pytest.importorskip("vllm.logprobs")
@@ -36,6 +45,7 @@ Logprob = vllm_logprobs.Logprob
 FlatLogprobs = vllm_logprobs.FlatLogprobs
 
 FLOOR = -9999.0
+MA: Any = np.ma  # untyped in the stubs of some NumPy releases
 
 
 def _completion(
@@ -137,6 +147,33 @@ def test_prompt_rows_with_mixed_dtypes_keep_every_id() -> None:
     assert got[:, 0, 0].tolist() == [300, 300, 40000]
 
 
+@pytest.mark.parametrize("prompt_dtype", [np.int8, np.int16, np.int32, np.int64])
+def test_prompt_rows_that_would_join_as_float_are_refused(prompt_dtype: Any) -> None:
+    # NumPy joins any signed dtype with uint64 as float64, which rounds 2**53 + 1 to 2**53.
+    request = _request(_completion(token_ids=[1], routes=np.full((1, 1, 1), 2**53 + 1, dtype=np.uint64)))
+    request.prompt_routed_experts = np.zeros((1, 1, 1), dtype=prompt_dtype)
+    shown = np.dtype(prompt_dtype).name
+    message = (
+        rf"^output\.prompt_routed_experts\.dtype must be an integer dtype that joins "
+        rf"output\.outputs\[0\]\.routed_experts's uint64 exactly \(NumPy joins the two as float64.*got {shown}$"
+    )
+    with pytest.raises(EncodeError, match=message):
+        routed_experts(request)
+    # Small ids too: the message names the dtypes, not a float64 dtype the caller never used.
+    request.outputs[0].routed_experts = np.full((1, 1, 1), 3, dtype=np.uint64)
+    with pytest.raises(EncodeError, match=r"^output\.prompt_routed_experts\.dtype must be"):
+        encode_completion(request, num_experts=8)
+
+
+def test_prompt_rows_of_unsigned_dtypes_join_uint64_exactly() -> None:
+    request = _request(_completion(token_ids=[1], routes=np.full((1, 1, 1), 2**53 + 1, dtype=np.uint64)))
+    request.prompt_routed_experts = np.full((1, 1, 1), 7, dtype=np.uint8)
+    got = routed_experts(request)
+    assert got is not None
+    assert got.dtype == np.uint64
+    assert got[:, 0, 0].tolist() == [7, 2**53 + 1]
+
+
 def test_prompt_rows_without_completion_rows_are_not_the_sequence() -> None:
     request = _request(_completion(routes=None))
     request.prompt_routed_experts = _ids(4, dtype=np.int16)
@@ -176,6 +213,100 @@ def test_routed_experts_malformed(routes: Any, message: str) -> None:
 def test_not_a_vllm_output() -> None:
     with pytest.raises(R3WireError, match="output must be a vLLM CompletionOutput or RequestOutput, got dict"):
         routed_experts({"routed_experts": None})
+
+
+def _duck(**fields: Any) -> Any:
+    return SimpleNamespace(**fields)
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        (_duck(outputs=None), r"^output\.outputs must be a list of CompletionOutput, got NoneType$"),
+        (_duck(outputs={1: None}), r"^output\.outputs must be a list of CompletionOutput, got dict$"),
+        (_duck(outputs=iter(())), r"^output\.outputs must be a list of CompletionOutput, got tuple_iterator$"),
+        (_duck(outputs=[None]), r"^output\.outputs\[0\] must be a vLLM CompletionOutput .*got NoneType$"),
+        (_duck(outputs=[object()]), r"^output\.outputs\[0\] must be a vLLM CompletionOutput .*got object$"),
+        (_duck(outputs=[]), r"^output\.outputs must be at least one completion \(this request has none"),
+    ],
+)
+def test_malformed_request_output_is_named(output: Any, message: str) -> None:
+    for read in (routed_experts, sampled_logprobs, encode_completion):
+        with pytest.raises(R3WireError, match=message):
+            read(output)
+
+
+def test_a_request_id_that_is_not_a_string_only_goes_unlogged(caplog: pytest.LogCaptureFixture) -> None:
+    request = _request(_completion(token_ids=[1], logprobs=[None]))
+    request.request_id = 7  # a logging label only: the call must not fail over it
+    with caplog.at_level(logging.WARNING, logger="r3wire"):
+        result = sampled_logprobs(request)
+        assert result is not None
+        assert result.num_clamped == 1
+        assert caplog.records == []
+        sampled_logprobs(request, request_id="given")
+    assert "'given'" in caplog.records[0].getMessage()
+    with pytest.raises(R3WireError, match="request_id must be a string or None, got 7"):
+        sampled_logprobs(request, request_id=7)  # type: ignore[arg-type]  # the caller's own id is checked
+
+
+@pytest.mark.parametrize(
+    ("logprobs", "message"),
+    [
+        (5, r"^output\.logprobs must be a list of positions .* or a FlatLogprobs, got int$"),
+        (iter([{}]), r"^output\.logprobs must be a list of positions .*got list_iterator$"),
+        ({1: Logprob(logprob=-1.0)}, r"^output\.logprobs must be a list of positions .*got dict$"),
+        ([np.array([-0.5, -1.0])], r"^output\.logprobs\[0\] must be a dict \{token_id: Logprob\} or None, got array"),
+        ([np.array([])], r"^output\.logprobs\[0\] must be a dict"),
+        ([[]], r"^output\.logprobs\[0\] must be a dict"),
+        (
+            _duck(start_indices=[0], end_indices=[1], token_ids=[1], logprobs=None),
+            r"^output\.logprobs\.logprobs must be a sequence of float",
+        ),
+    ],
+)
+def test_malformed_logprobs_are_named(logprobs: Any, message: str) -> None:
+    with pytest.raises(EncodeError, match=message):
+        sampled_logprobs(_duck(token_ids=[1], logprobs=logprobs))
+
+
+def test_duck_typed_flat_logprobs_without_len() -> None:
+    flat = _duck(start_indices=[0, 2], end_indices=[2, 3], token_ids=[5, 1, 2], logprobs=[-3.0, -0.5, -1.5])
+    result = sampled_logprobs(_duck(token_ids=[1, 2], logprobs=flat))
+    assert result is not None
+    assert result.values.tolist() == [-0.5, -1.5]
+
+
+@pytest.mark.parametrize(
+    ("token_ids", "message"),
+    [
+        ([-1, 2**63], r"^output\.token_ids\[0\] must be a non-negative token id, got -1$"),
+        ([1, 2**63], r"^output\.token_ids\[1\] must be a token id below 2\*\*63, got 9223372036854775808$"),
+        ([2**64], r"^output\.token_ids\[0\] must be a token id below 2\*\*63, got 18446744073709551616$"),
+        ([np.uint64(2**63)], r"^output\.token_ids\[0\] must be a token id below 2\*\*63"),
+        ([np.int8(-1)], r"^output\.token_ids\[0\] must be a non-negative token id, got -1$"),
+        (bytearray(b"\x01"), r"^output\.token_ids must be a sequence of token ids, got bytearray$"),
+        (memoryview(b"\x01\x02"), r"^output\.token_ids must be a sequence of token ids, got memoryview$"),
+        (5, r"^output\.token_ids must be a sequence of token ids, got int$"),
+        (np.zeros((1, 2), np.int64), r"^output\.token_ids must be a 1-d sequence of token ids, got shape \[1, 2\]$"),
+        (np.array([1.0]), r"^output\.token_ids\.dtype must be an integer dtype \(token ids\), got float64$"),
+        (MA.array([1, 2], mask=[0, 1]), r"^output\.token_ids must be an array without a mask"),
+    ],
+)
+def test_malformed_token_ids_are_named(token_ids: Any, message: str) -> None:
+    with pytest.raises(EncodeError, match=message):
+        encode_completion(_duck(token_ids=token_ids, logprobs=None))
+
+
+def test_token_ids_as_tensors() -> None:
+    torch: Any = pytest.importorskip("torch")
+    assert encode_completion(_duck(token_ids=torch.tensor([3, 4]), logprobs=None))["token_ids"] == [3, 4]
+    with pytest.raises(EncodeError, match=r"^output\.token_ids\.device must be a device holding data"):
+        encode_completion(_duck(token_ids=torch.zeros(2, dtype=torch.long, device="meta"), logprobs=None))
+    with pytest.raises(EncodeError, match=r"^output\.token_ids\.dtype must be a dtype NumPy can hold"):
+        encode_completion(_duck(token_ids=torch.zeros(2, dtype=torch.bfloat16), logprobs=None))
+    with pytest.raises(EncodeError, match=r"^output\.token_ids\.dtype must be an integer dtype"):
+        encode_completion(_duck(token_ids=torch.tensor([1.0, 2.0], requires_grad=True), logprobs=None))
 
 
 # --- sampled_logprobs ---------------------------------------------------------------------------------------
@@ -321,8 +452,20 @@ def test_malformed_list_form(token_ids: Any, logprobs: Any, message: str) -> Non
         ({"start_indices": [0, 1], "end_indices": [1, 3]}, r"logprobs\[1\] must be a slice \[start, end\) of the 2"),
         ({"start_indices": [1, 0], "end_indices": [0, 1]}, r"logprobs\[0\] must be a slice"),
         ({"token_ids": [1]}, r"token_ids must be 2 entries, as logprobs"),
-        ({"token_ids": [1.0, 2.0]}, r"token_ids must be integer token ids"),
-        ({"start_indices": ["0", "1"]}, r"start_indices must be a list of integer indices"),
+        ({"token_ids": [1.0, 2.0]}, r"logprobs\.token_ids\[0\] must be an integer token id, got 1\.0"),
+        ({"start_indices": ["0", "1"]}, r"start_indices\[0\] must be an integer index, got '0'"),
+        ({"token_ids": [[1], [2]]}, r"logprobs\.token_ids\[0\] must be an integer token id, got \[1\]"),
+        ({"start_indices": [[0], [0, 1]]}, r"start_indices\[0\] must be an integer index, got \[0\]"),
+        (
+            {"start_indices": [2**64 - 1, 1]},
+            r"start_indices\[0\] must be an index below 2\*\*63, got 18446744073709551615",
+        ),
+        ({"start_indices": None}, r"output\.logprobs\.start_indices must be a sequence of indices, got NoneType"),
+        ({"end_indices": (x for x in [1, 2])}, r"end_indices must be a sequence of indices, got generator"),
+        ({"token_ids": None}, r"output\.logprobs\.token_ids must be a sequence of token ids, got NoneType"),
+        ({"logprobs": None}, r"output\.logprobs\.logprobs must be a sequence of float \| None"),
+        ({"logprobs": np.array([[-1.0, -2.0]])}, r"output\.logprobs\.logprobs must be a flat \(1-d\) list"),
+        ({"start_indices": [0, 0], "end_indices": [2, 2]}, r"end_indices must be slices that share no entry"),
     ],
 )
 def test_malformed_flat_form(fields: dict[str, Any], message: str) -> None:
@@ -422,6 +565,12 @@ def test_encode_completion_checks_ids_against_num_experts() -> None:
         encode_completion(_completion(routes=np.full((1, 1, 1), 8, dtype=np.uint8)), num_experts=8)
 
 
+@pytest.mark.parametrize("num_experts", ["x", 0, True, 2**40])
+def test_encode_completion_checks_num_experts_without_routes(num_experts: Any) -> None:
+    with pytest.raises(R3WireError, match=r"^num_experts must be an integer in 1\.\.2147483648"):
+        encode_completion(_completion(routes=None), num_experts=num_experts)
+
+
 def test_encode_completion_rejects_unknown_format() -> None:
     with pytest.raises(R3WireError, match="logprobs_format must be 'content' or 'envelope', got 'json'"):
         encode_completion(_completion(), logprobs_format="json")  # type: ignore[arg-type]
@@ -447,10 +596,10 @@ def test_decode_completion_ignores_other_keys_and_floors_nulls(caplog: pytest.Lo
     [
         ({}, r"token_ids must be present"),
         ({"token_ids": "1,2"}, r"token_ids must be an array of token ids, got str"),
-        ({"token_ids": [1, 2.5]}, r"token_ids\[1\] must be a token id"),
-        ({"token_ids": [1, False]}, r"token_ids\[1\] must be a token id"),
-        ({"token_ids": [1, None]}, r"token_ids\[1\] must be a token id"),
-        ({"token_ids": [-1]}, r"token_ids\[0\] must be a token id"),
+        ({"token_ids": [1, 2.5]}, r"token_ids\[1\] must be an integer token id, got 2\.5"),
+        ({"token_ids": [1, False]}, r"token_ids\[1\] must be an integer token id, got False"),
+        ({"token_ids": [1, None]}, r"token_ids\[1\] must be an integer token id, got None"),
+        ({"token_ids": [-1]}, r"token_ids\[0\] must be a non-negative token id, got -1"),
         ({"token_ids": [2**64]}, r"token_ids\[0\] must be a token id below 2\*\*63"),
         ({"token_ids": [1], "logprobs": [-1.0]}, r"logprobs must be an r3wire\.logprobs envelope"),
         ({"token_ids": [1], "logprobs": {"content": []}}, r"logprobs must be one logprob per token \(1"),
@@ -467,5 +616,83 @@ def test_decode_completion_malformed(payload: Any, message: str) -> None:
 def test_decode_completion_envelope_longer_than_token_ids() -> None:
     fragment = encode_completion(_completion(token_ids=[1, 2], logprobs=[None, None]), logprobs_format="envelope")
     fragment["token_ids"] = [1]
-    with pytest.raises(DecodeError):
+    message = r"^logprobs must be one logprob per token \(1, the length of token_ids\), got 2 values$"
+    with pytest.raises(DecodeError, match=message) as caught:
         decode_completion(fragment)
+    assert caught.value.field == "logprobs"
+    fragment["token_ids"] = []
+    with pytest.raises(DecodeError, match=r"^logprobs must be one logprob per token \(0, .*got 2 values$"):
+        decode_completion(fragment)
+    fragment["token_ids"] = [1, 2, 3]
+    with pytest.raises(DecodeError, match=r"^logprobs must be one logprob per token \(3, .*got 2 values$"):
+        decode_completion(fragment)
+
+
+@pytest.mark.parametrize("logprobs_format", ["content", "envelope"])
+def test_empty_completion_round_trip(logprobs_format: Any) -> None:
+    # max_tokens=0, an abort, or an n>1 sibling that stopped at once: no generated token.
+    request = _request(
+        _completion(token_ids=[1], logprobs=[{1: Logprob(logprob=-0.5)}]),
+        _completion(token_ids=[], logprobs=FlatLogprobs(), index=1),
+    )
+    fragment = encode_completion(request, index=1, logprobs_format=logprobs_format)
+    for payload in (fragment, orjson.dumps(fragment)):
+        back = decode_completion(payload)
+        assert back.token_ids.shape == (0,)
+        assert back.logprobs is not None
+        assert back.logprobs.shape == (0,)
+
+
+@pytest.mark.parametrize(
+    ("member", "value", "message"),
+    [
+        ("logprobs", encode_logprobs(np.zeros((1, 1))), r"^logprobs\.shape must be an array of 1 non-negative"),
+        ("logprobs", {"content": [5]}, r"^logprobs\.content\[0\] must be an object"),
+        (
+            "logprobs",
+            {**encode_logprobs([-1.0]), "version": 99},
+            r"^logprobs\.version 99 of schema 'r3wire\.logprobs' is not supported",
+        ),
+        ("routed_experts", 5, r"^routed_experts must be a JSON object or its text .*got int$"),
+        ("routed_experts", {**encode_routes(np.zeros((1, 1, 1), np.uint8)), "data": "!"}, r"^routed_experts\.data"),
+    ],
+)
+def test_decode_completion_names_the_member_that_failed(member: str, value: Any, message: str) -> None:
+    with pytest.raises(DecodeError, match=message) as caught:
+        decode_completion({"token_ids": [1], member: value})
+    assert caught.value.field is not None
+    assert caught.value.field.startswith(member)
+    if "version" in message:
+        assert isinstance(caught.value, UnsupportedVersionError)  # still the error a caller catches to upgrade
+
+
+def test_decode_completion_reads_in_process_numpy_token_ids() -> None:
+    back = decode_completion({"token_ids": [np.int64(1), np.uint64(2), 3]})
+    assert back.token_ids.tolist() == [1, 2, 3]
+    with pytest.raises(DecodeError, match=r"^token_ids\[0\] must be a token id below 2\*\*63"):
+        decode_completion({"token_ids": [np.uint64(2**63)]})
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({"floor": "bad"}, r"^floor must be a finite float"),
+        ({"floor": math.inf}, r"^floor must be a finite float"),
+        ({"request_id": 5}, r"^request_id must be a string or None, got 5$"),
+        ({"num_experts": "x"}, r"^num_experts must be an integer"),
+        ({"num_experts": 0}, r"^num_experts must be an integer"),
+        ({"max_elements": "x"}, r"^max_elements must be an integer"),
+        ({"max_elements": -1}, r"^max_elements must be an integer"),
+    ],
+)
+@pytest.mark.parametrize(
+    "payload",
+    [{"token_ids": [1]}, {"token_ids": [1], "logprobs": encode_logprobs([-1.0])}],
+    ids=["bare", "envelope"],
+)
+def test_decode_completion_checks_every_argument_up_front(
+    payload: dict[str, Any], arguments: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(R3WireError, match=message) as caught:
+        decode_completion(payload, **arguments)
+    assert type(caught.value) is R3WireError  # the caller's argument, not the payload

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from r3wire.arrays import decode_array
-from r3wire.errors import EncodeError, R3WireError
+from r3wire.errors import EncodeError, R3WireError, describe
 from r3wire.routes import decode_routes
 from r3wire.schema import ROUTE_DTYPES
 
@@ -31,7 +31,14 @@ __all__ = [
 # ``x[t]`` raise), torch < 2.3 lacks them, and widening them silently would change the dtype the caller sees.
 TORCH_DTYPES: tuple[str, ...] = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
 
+# The torch dtypes whose tensors .numpy() converts (torch >= 2.3 for the unsigned wide ones): when .numpy()
+# fails on one of these, the tensor, not its dtype, is what NumPy cannot read.
+_NUMPY_DTYPES = frozenset((*TORCH_DTYPES, "uint16", "uint32", "uint64", "complex64", "complex128"))
+
 _ROUTES_NDIM = 3
+
+# As the encoders say it (r3wire._arraylike.as_numpy): a masked array's hidden values would become real ones.
+_MASKED = "an array without a mask (send arr.filled(value), or the mask as its own array)"
 
 
 def _torch() -> Any:
@@ -50,7 +57,9 @@ def tensor_to_numpy(tensor: Any, *, field: str = "tensor") -> np.ndarray[Any, An
     view (still no copy); the encoders make the one C-order copy they need.
 
     Raises:
-        EncodeError: not a dense tensor with data, or its dtype has no NumPy equivalent (e.g. bfloat16).
+        EncodeError: not a dense tensor with data, its dtype has no NumPy equivalent (e.g. bfloat16), or it is a
+            tensor ``.numpy()`` cannot read whatever its dtype (a subclass such as ``MaskedTensor`` or
+            ``FakeTensor``, a tensor inside ``torch.func.vmap``): the message then names its type and torch's reason.
     """
     torch = _torch()
     if not isinstance(tensor, torch.Tensor):
@@ -67,7 +76,18 @@ def tensor_to_numpy(tensor: Any, *, field: str = "tensor") -> np.ndarray[Any, An
     try:
         array: np.ndarray[Any, Any] = host.numpy()
     except (TypeError, RuntimeError) as exc:
-        raise EncodeError.make(f"{field}.dtype", "a dtype NumPy can hold", str(tensor.dtype), raw=True) from exc
+        if str(tensor.dtype).removeprefix("torch.") not in _NUMPY_DTYPES:
+            raise EncodeError.make(f"{field}.dtype", "a dtype NumPy can hold", str(tensor.dtype), raw=True) from exc
+        # The dtype is fine: the tensor itself is one .numpy() cannot read (a MaskedTensor, a FakeTensor, a
+        # tensor inside torch.func.vmap). Its own words say which.
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise EncodeError.make(
+            field,
+            "a tensor .numpy() can read (a plain dense torch.Tensor with storage; not a tensor subclass such as "
+            "MaskedTensor or FakeTensor, nor a tensor inside torch.func.vmap)",
+            f"a {type(tensor).__name__} ({reason})",
+            raw=True,
+        ) from exc
     return array
 
 
@@ -80,20 +100,34 @@ def to_tensor(array: np.ndarray[Any, Any], *, device: Any = None, pin_memory: bo
     writable tensor over read-only memory (torch warns that writing to it is undefined behaviour).
 
     Args:
-        array: a NumPy array of bool, uint8, int8, int16, int32, int64, float16, float32 or float64.
+        array: a NumPy array of bool, uint8, int8, int16, int32, int64, float16, float32 or float64 (not a
+            ``numpy.ma.MaskedArray``: its hidden values would become real ones and its mask would be lost).
         device: move the tensor there (``"cuda:0"``, a ``torch.device``); stays on the CPU when omitted.
         pin_memory: copy into page-locked host memory first, so a move to an accelerator can overlap compute
             (the move is then ``non_blocking``). Needs an accelerator; torch raises ``RuntimeError`` without one.
 
     Raises:
-        R3WireError: not a NumPy array, or a dtype torch cannot hold in full (uint16/32/64, strings, ...).
+        R3WireError: not a NumPy array, a masked array, a dtype torch cannot hold in full (uint16/32/64,
+            strings, ...), a ``device`` that is no device name (or one this torch reports it has not: no CUDA
+            build or GPU for ``"cuda"``, an index past its device count), or a ``pin_memory`` that is not a bool.
+        RuntimeError: torch's own exception (usually this one), passed through, when the move itself fails: a
+            backend torch cannot query up front (no ``torch.<type>.is_available()``), out of memory, a lost
+            device, or ``pin_memory`` without an accelerator. That is the machine's state, not the input, and
+            relabelling it would hide a real device failure.
     """
     torch = _torch()
+    target = _check_device(torch, device, pin_memory)
+    return _to_tensor(torch, array, "array", target, pin_memory)
+
+
+def _to_tensor(torch: Any, array: np.ndarray[Any, Any], field: str, device: Any, pin_memory: bool) -> Any:
     if not isinstance(array, np.ndarray):
-        raise R3WireError.make("array", "a NumPy array", type(array).__name__, raw=True)
+        raise R3WireError.make(field, "a NumPy array", type(array).__name__, raw=True)
+    if isinstance(array, np.ma.MaskedArray):
+        raise R3WireError.make(field, _MASKED, "a numpy.ma.MaskedArray", raw=True)
     if array.dtype.fields is not None or array.dtype.name not in TORCH_DTYPES:
         raise R3WireError.make(
-            "array.dtype", f"a dtype torch supports in full, one of {list(TORCH_DTYPES)}", str(array.dtype), raw=True
+            f"{field}.dtype", f"a dtype torch supports in full, one of {list(TORCH_DTYPES)}", str(array.dtype), raw=True
         )
     if not _shareable(array):
         # A C-order copy in native byte order; np.ascontiguousarray would turn a 0-d array into a 1-d one.
@@ -104,6 +138,39 @@ def to_tensor(array: np.ndarray[Any, Any], *, device: Any = None, pin_memory: bo
     if device is not None:
         tensor = tensor.to(device, non_blocking=pin_memory)
     return tensor
+
+
+def _check_device(torch: Any, device: Any, pin_memory: object) -> Any:
+    """``device`` as a ``torch.device`` (None stays None), checked once per call, before any payload is decoded.
+
+    torch reports a device it cannot use only when a tensor moves there, and then per backend in different
+    exceptions (``AssertionError`` for CUDA in a CPU build, ``RuntimeError`` for an index without an
+    accelerator); here the name is parsed, and ``torch.<type>.is_available()`` / ``device_count()`` asked
+    where torch has them (cuda, xpu, mps, mtia...).
+    """
+    if not isinstance(pin_memory, (bool, np.bool_)):
+        raise R3WireError.make("pin_memory", "a bool", pin_memory)
+    if device is None:
+        return None
+    try:
+        target = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise R3WireError.make(
+            "device", "a torch device ('cpu', 'cuda:0', a torch.device)", f"{describe(device)} ({reason})", raw=True
+        ) from None
+    backend = getattr(torch, target.type, None) if target.type != "cpu" else None
+    is_available = getattr(backend, "is_available", None)
+    if callable(is_available) and not is_available():
+        raise R3WireError.make(
+            "device", f"a device this torch can use (torch.{target.type}.is_available() is False)", str(target)
+        )
+    device_count = getattr(backend, "device_count", None)
+    if target.index is not None and callable(device_count) and target.index >= device_count():
+        raise R3WireError.make(
+            "device", f"a device this torch can use ({device_count()} {target.type} devices)", str(target)
+        )
+    return target
 
 
 def _shareable(array: np.ndarray[Any, Any]) -> bool:
@@ -118,15 +185,20 @@ def routes_to_tensor(routes: np.ndarray[Any, Any], *, device: Any = None, pin_me
     and ``pin_memory``. Cast with ``.long()`` where torch needs int64 indices (``gather``, ``scatter``).
 
     Raises:
-        R3WireError: not a 3-d NumPy array of a route dtype.
+        R3WireError: not a 3-d NumPy array of a route dtype, a masked array, or a bad ``device`` /
+            ``pin_memory`` (see :func:`to_tensor`, which also says what torch raises itself).
     """
+    torch = _torch()
+    target = _check_device(torch, device, pin_memory)
     if not isinstance(routes, np.ndarray):
         raise R3WireError.make("routes", "a NumPy array", type(routes).__name__, raw=True)
+    if isinstance(routes, np.ma.MaskedArray):
+        raise R3WireError.make("routes", _MASKED, "a numpy.ma.MaskedArray", raw=True)
     if routes.ndim != _ROUTES_NDIM:
         raise R3WireError.make("routes", "a 3-d array [rows, layers, top_k]", f"shape {list(routes.shape)}", raw=True)
     if routes.dtype.fields is not None or routes.dtype.name not in ROUTE_DTYPES:
         raise R3WireError.make("routes.dtype", f"one of {list(ROUTE_DTYPES)}", str(routes.dtype), raw=True)
-    return to_tensor(routes, device=device, pin_memory=pin_memory)
+    return _to_tensor(torch, routes, "routes", target, pin_memory)
 
 
 def decode_routes_tensor(
@@ -142,9 +214,13 @@ def decode_routes_tensor(
     Raises:
         DecodeError: the payload is malformed, inconsistent or breaks a limit (see :func:`r3wire.decode_routes`).
         UnsupportedVersionError: the payload's schema version is newer than this release reads.
+        R3WireError: ``num_experts``, ``max_elements``, ``device`` or ``pin_memory`` is invalid (the device is
+            checked before the payload is decoded; see :func:`to_tensor`, which also says what torch raises).
     """
+    torch = _torch()
+    target = _check_device(torch, device, pin_memory)
     routes = decode_routes(payload, num_experts=num_experts, max_elements=max_elements)
-    return routes_to_tensor(routes, device=device, pin_memory=pin_memory)
+    return _to_tensor(torch, routes, "routes", target, pin_memory)
 
 
 def decode_array_tensor(
@@ -164,11 +240,25 @@ def decode_array_tensor(
     Raises:
         DecodeError: the payload is malformed, its dtype is not allowed, or it breaks a limit.
         UnsupportedVersionError: the payload's schema version is newer than this release reads.
-        R3WireError: ``dtypes`` names a dtype torch cannot hold.
+        R3WireError: ``dtypes`` is not a dtype name or a collection of them, or names a dtype torch cannot hold;
+            or ``ndim``, ``max_elements``, ``device`` or ``pin_memory`` is invalid (see :func:`to_tensor`).
     """
-    allowed = tuple(TORCH_DTYPES) if dtypes is None else ((dtypes,) if isinstance(dtypes, str) else tuple(dtypes))
-    unsupported = [d for d in allowed if d not in TORCH_DTYPES]
+    expected = f"dtypes torch supports in full, a subset of {list(TORCH_DTYPES)}"
+    if dtypes is None:
+        allowed: tuple[Any, ...] = TORCH_DTYPES
+    elif isinstance(dtypes, str):
+        allowed = (dtypes,)
+    else:
+        try:
+            if isinstance(dtypes, (bytes, bytearray, memoryview)):  # iterable, but as small ints
+                raise TypeError
+            allowed = tuple(dtypes)
+        except TypeError:
+            raise R3WireError.make("dtypes", f"a dtype name or a collection of names ({expected})", dtypes) from None
+    unsupported = [d for d in allowed if not isinstance(d, str) or d not in TORCH_DTYPES]
     if unsupported:
-        raise R3WireError.make("dtypes", f"dtypes torch supports in full, a subset of {list(TORCH_DTYPES)}", allowed)
+        raise R3WireError.make("dtypes", expected, allowed)
+    torch = _torch()
+    target = _check_device(torch, device, pin_memory)
     array = decode_array(payload, dtypes=allowed, ndim=ndim, max_elements=max_elements)
-    return to_tensor(array, device=device, pin_memory=pin_memory)
+    return _to_tensor(torch, array, "array", target, pin_memory)
