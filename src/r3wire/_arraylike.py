@@ -12,7 +12,7 @@ import numpy as np
 from r3wire._validate import MAX_EXTENT, MAX_NDIM, extent
 from r3wire.errors import EncodeError, R3WireError, describe
 
-__all__ = ["as_numpy"]
+__all__ = ["as_numpy", "refuse_masked"]
 
 
 _EXACT_FLOAT: Final = 1 << 53  # float64 holds every integer of a smaller magnitude exactly
@@ -46,16 +46,22 @@ def as_numpy(obj: object, *, field: str, error: type[R3WireError] = EncodeError)
     return arr
 
 
+_UNMASKED: Final = "an array without a mask (send arr.filled(value), or the mask as its own array)"
+
+
+def refuse_masked(obj: object, field: str, error: type[R3WireError] = EncodeError) -> None:
+    """Refuse a ``numpy.ma.MaskedArray``: its hidden values would be read as real ones and its mask lost.
+
+    Raises:
+        EncodeError (or ``error``): ``obj`` is a masked array.
+    """
+    if isinstance(obj, np.ma.MaskedArray):
+        raise error.make(field, _UNMASKED, "a numpy.ma.MaskedArray", raw=True)
+
+
 def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[Any, Any]:
     if isinstance(obj, np.ndarray):
-        if isinstance(obj, np.ma.MaskedArray):
-            # Its hidden values would travel and its mask would be lost, without a word.
-            raise error.make(
-                field,
-                "an array without a mask (send arr.filled(value), or the mask as its own array)",
-                "a numpy.ma.MaskedArray",
-                raw=True,
-            )
+        refuse_masked(obj, field, error)
         # A subclass may override min(), max() or comparisons: the checks here must see the bytes that are sent.
         return obj if type(obj) is np.ndarray else obj.view(np.ndarray)
     torch = sys.modules.get("torch")
@@ -68,8 +74,7 @@ def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[A
     if isinstance(obj, (list, tuple)) and any(isinstance(item, np.ma.MaskedArray) for item in obj):
         # np.asarray keeps a masked item's hidden values and drops its mask.
         raise error.make(
-            field, "an array without a mask (send arr.filled(value), or the mask as its own array)",
-            "a sequence holding a numpy.ma.MaskedArray", raw=True,
+            field, _UNMASKED, "a sequence holding a numpy.ma.MaskedArray", raw=True,
         )  # fmt: skip
     try:
         arr = np.asarray(obj)

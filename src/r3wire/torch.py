@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from r3wire._arraylike import refuse_masked
 from r3wire.arrays import decode_array
 from r3wire.errors import EncodeError, R3WireError, describe
 from r3wire.routes import decode_routes
@@ -38,7 +39,6 @@ _NUMPY_DTYPES = frozenset((*TORCH_DTYPES, "uint16", "uint32", "uint64", "complex
 _ROUTES_NDIM = 3
 
 # As the encoders say it (r3wire._arraylike.as_numpy): a masked array's hidden values would become real ones.
-_MASKED = "an array without a mask (send arr.filled(value), or the mask as its own array)"
 
 
 def _torch() -> Any:
@@ -123,8 +123,7 @@ def to_tensor(array: np.ndarray[Any, Any], *, device: Any = None, pin_memory: bo
 def _to_tensor(torch: Any, array: np.ndarray[Any, Any], field: str, device: Any, pin_memory: bool) -> Any:
     if not isinstance(array, np.ndarray):
         raise R3WireError.make(field, "a NumPy array", type(array).__name__, raw=True)
-    if isinstance(array, np.ma.MaskedArray):
-        raise R3WireError.make(field, _MASKED, "a numpy.ma.MaskedArray", raw=True)
+    refuse_masked(array, field, R3WireError)
     if array.dtype.fields is not None or array.dtype.name not in TORCH_DTYPES:
         raise R3WireError.make(
             f"{field}.dtype", f"a dtype torch supports in full, one of {list(TORCH_DTYPES)}", str(array.dtype), raw=True
@@ -192,8 +191,7 @@ def routes_to_tensor(routes: np.ndarray[Any, Any], *, device: Any = None, pin_me
     target = _check_device(torch, device, pin_memory)
     if not isinstance(routes, np.ndarray):
         raise R3WireError.make("routes", "a NumPy array", type(routes).__name__, raw=True)
-    if isinstance(routes, np.ma.MaskedArray):
-        raise R3WireError.make("routes", _MASKED, "a numpy.ma.MaskedArray", raw=True)
+    refuse_masked(routes, "routes", R3WireError)
     if routes.ndim != _ROUTES_NDIM:
         raise R3WireError.make("routes", "a 3-d array [rows, layers, top_k]", f"shape {list(routes.shape)}", raw=True)
     if routes.dtype.fields is not None or routes.dtype.name not in ROUTE_DTYPES:
