@@ -38,8 +38,6 @@ _NUMPY_DTYPES = frozenset((*TORCH_DTYPES, "uint16", "uint32", "uint64", "complex
 
 _ROUTES_NDIM = 3
 
-# As the encoders say it (r3wire._arraylike.as_numpy): a masked array's hidden values would become real ones.
-
 
 def _torch() -> Any:
     try:
