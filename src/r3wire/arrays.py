@@ -51,8 +51,9 @@ def encode_array(array: Any, *, dtypes: Iterable[str] | None = None) -> dict[str
         A JSON-ready dict ``{"data", "shape", "dtype", "schema", "version"}``.
 
     Raises:
-        EncodeError: the value is not an array, has more than 32 dimensions, or its dtype is not an allowed wire
-            dtype.
+        EncodeError: the value is not an array, has more than 32 dimensions (or an empty shape no reader takes),
+            its dtype is not an allowed wire dtype, or it is a nested list whose values NumPy's conversion would
+            change (ints past int64, ints beside floats that float64 rounds, a bool among numbers).
     """
     wire, name = array_wire(array, dtypes=dtypes)
     return build_envelope(wire, name, ARRAY_SCHEMA)

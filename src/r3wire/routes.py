@@ -67,7 +67,8 @@ def encode_routes(routes: Any, *, num_experts: int | None = None, pack_bits: boo
         A JSON-ready dict ``{"data", "shape", "dtype", "schema", "version"[, "num_experts"][, "bits"]}``.
 
     Raises:
-        EncodeError: not a 3-d integer array, a negative id, an id ≥ ``num_experts``, or an id ≥ 2**31.
+        EncodeError: not a 3-d integer array (a nested list whose values NumPy would change, such as a bool
+            among ids, is refused), a negative id, an id ≥ ``num_experts``, or an id ≥ 2**31.
     """
     wire, name, extra, shape = routes_wire(routes, num_experts=num_experts, pack_bits=pack_bits)
     return build_envelope(wire, name, ROUTES_SCHEMA, extra, shape=shape)
