@@ -147,3 +147,18 @@ def test_a_list_numpy_keeps_exactly_is_encoded() -> None:
     assert decode_array(encode_array([[1, 2], [3, 2**62]])).tolist() == [[1, 2], [3, 2**62]]
     assert decode_array(encode_array([0.5, 2])).tolist() == [0.5, 2.0]
     assert decode_array(encode_array([True, False])).tolist() == [True, False]
+
+
+class _NotIterated(np.ndarray[Any, Any]):
+    def __iter__(self) -> Any:
+        raise AssertionError("an array inside a list was iterated element by element")
+
+
+def test_arrays_inside_a_list_are_read_by_their_dtype_not_iterated() -> None:
+    # The scan for bools among numbers iterated every element of an array inside a list: 0.6 s for 3.1 M ids
+    # (seconds for tensors); an array's dtype already says what its elements are.
+    part = np.arange(24, dtype=np.int32).reshape(2, 3, 4).view(_NotIterated)
+    assert decode_array(encode_array([part, part])).shape == (2, 2, 3, 4)
+    flags = np.array([True, False]).view(_NotIterated)
+    with pytest.raises(EncodeError, match=r"a bool among integers"):
+        encode_array([flags, [1, 2]])

@@ -95,21 +95,41 @@ def _check_converted(obj: Sequence[Any], arr: np.ndarray[Any, Any], field: str, 
     """Refuse a nested sequence whose values NumPy changed in ``arr``.
 
     NumPy turns ints past int64 (``[-1, 2**64 - 1]``, even ``[3, 2**64 - 1]``) into float64, rounding them, or
-    into objects, and ints beside floats into float64; a bool beside numbers becomes 0 or 1. The element types
-    are read once, in C. Only a float64 result of magnitude ``>= 2**53`` (or an object one) can have lost an int,
-    so only then is the source looked at element by element.
+    into objects, and ints beside floats into float64; a bool beside numbers becomes 0 or 1. The types of the
+    scalars are read in C (:func:`_scalar_types`). Only a float64 result of magnitude ``>= 2**53`` (or an object
+    one) holding ints can have lost one, so only then is the source looked at element by element.
     """
     kind = arr.dtype.kind
     if kind == "b":
         return  # bools only
-    leaves: Any = obj
-    for _ in range(arr.ndim - 1):
-        leaves = itertools.chain.from_iterable(leaves)
-    if any(issubclass(k, (bool, np.bool_)) for k in set(map(type, leaves))):
+    types = _scalar_types(obj, arr.ndim)
+    if any(issubclass(t, (bool, np.bool_)) for t in types):
         _refuse_bool(obj, field, error)
+    holds_ints = any(issubclass(t, (int, np.integer)) for t in types)
     # abs() >= 2**53 rather than max/min: a NaN would make both comparisons false and hide a large int beside it.
-    if kind == "O" or (arr.dtype == np.float64 and bool((np.abs(arr) >= _EXACT_FLOAT).any())):
+    if holds_ints and (kind == "O" or (arr.dtype == np.float64 and bool((np.abs(arr) >= _EXACT_FLOAT).any()))):
         _check_exact_ints(obj, arr.dtype, field, error)
+
+
+def _scalar_types(obj: Sequence[Any], ndim: int) -> set[type]:
+    """The types of the scalars in ``obj``, nested lists and tuples ``ndim`` deep; an array (or tensor) among them
+    counts as its dtype's scalar type and is never iterated (iterating one element by element took seconds)."""
+    types: set[type] = set()
+    level: list[Any] = [obj]
+    for depth in range(ndim):
+        if not set(map(type, level)) <= _PLAIN_SEQUENCES:  # rare: arrays among the lists, split them off
+            for item in level:
+                if not isinstance(item, (list, tuple)):
+                    types.add(np.asarray(item).dtype.type)
+            level = [item for item in level if isinstance(item, (list, tuple))]
+        if depth == ndim - 1:
+            types.update(map(type, itertools.chain.from_iterable(level)))
+        else:
+            level = list(itertools.chain.from_iterable(level))
+    return types
+
+
+_PLAIN_SEQUENCES: Final = frozenset({list, tuple})
 
 
 def _items(obj: Sequence[Any]) -> tuple[list[Any], tuple[int, ...]]:
