@@ -207,7 +207,8 @@ def _json_name(value: object) -> str | None:
         if not isinstance(value, enum.Enum) or isinstance(value, str):
             break
         value = value.value
-    return str.__str__(value) if isinstance(value, str) else None
+    plain = plain_str(value)
+    return plain if isinstance(plain, str) else None
 
 
 def _inert(items: Sequence[Any]) -> bool:

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import numpy as np
 from hypothesis import strategies as st
 
-from r3wire import DecodeError
+from r3wire import DecodeError, R3WireError
 
 __all__ = ["JSON_LEAVES", "JSON_VALUES", "LAYOUTS", "corrupted", "decoded_or_none", "in_layout"]
 
@@ -30,19 +30,23 @@ JSON_VALUES = st.recursive(
 )
 
 
-def decoded_or_none(decode: Callable[[], T]) -> T | None:
-    """``decode()``'s result, or None when it raised DecodeError carrying a message and a string (or no) field.
+def decoded_or_none(
+    decode: Callable[[], T], error: type[R3WireError] = DecodeError, *, named: bool = False
+) -> T | None:
+    """``decode()``'s result, or None when it raised ``error`` carrying a message and a string field (or no
+    field, unless ``named``).
 
     Any other exception propagates, failing the property.
     """
-    error: DecodeError | None = None
+    raised: R3WireError | None = None
     try:
         return decode()
-    except DecodeError as exc:
-        error = exc
-    assert error is not None
-    assert str(error)
-    assert error.field is None or isinstance(error.field, str)
+    except error as exc:
+        raised = exc
+    assert raised is not None
+    assert str(raised)
+    assert raised.field is None or isinstance(raised.field, str)
+    assert not named or raised.field is not None
     return None
 
 

@@ -327,14 +327,7 @@ def _bytes_of(buffer: Any) -> bytes:
 
 def _argument_outcome(call: Any) -> Any:
     """``call()``'s result, or None when it raised R3WireError with a message and a string field."""
-    error: R3WireError | None = None
-    try:
-        return call()
-    except R3WireError as exc:
-        error = exc
-    assert str(error)
-    assert isinstance(error.field, str)
-    return None
+    return decoded_or_none(call, R3WireError, named=True)
 
 
 @st.composite
