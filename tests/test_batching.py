@@ -762,6 +762,8 @@ def test_trace_records_token_ids_and_extends_them() -> None:
     assert recorded.dtype == np.int64
     assert recorded.tolist() == tokens[:5]
     assert not recorded.flags.writeable
+    with pytest.raises(ValueError, match="WRITEABLE"):  # the recorded tokens cannot be made writeable again
+        recorded.flags.writeable = True
     trace.add(full[4:], start=4, token_ids=tokens)  # turn 2: the whole conversation
     assert trace.token_ids is not None
     assert trace.token_ids.tolist() == tokens

@@ -88,6 +88,22 @@ def test_no_routes_is_an_empty_list() -> None:
     assert read_response(b"[]") == []
 
 
+@pytest.mark.parametrize("item", ['{"choices": []}', b'{"choices": []}', 7, None, [{"choices": []}]])
+def test_a_batch_holds_parsed_bodies_only(item: Any) -> None:
+    # A list of text bodies was walked as data and read as "no routes": [] with no word.
+    routes = {"choices": [{"routed_experts": {"data": "AAE=", "shape": [1, 1, 2], "dtype": "uint8"}}]}
+    (result,) = read_response([routes])
+    assert result.path == "$[0].choices[0].routed_experts"
+    for batch in ([routes, item], (routes, item)):
+        with pytest.raises(DecodeError) as info:
+            read_response(batch)
+        assert info.value.field == "$[1]"
+        assert "parse each text body" in str(info.value)
+    with pytest.raises(DecodeError) as info:
+        read_response(json.dumps([routes, item if not isinstance(item, bytes) else item.decode()]))
+    assert info.value.field == "$[1]"
+
+
 def test_non_json_body_is_a_decode_error() -> None:
     with pytest.raises(DecodeError):
         read_response(b"{not json")

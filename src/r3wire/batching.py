@@ -1000,8 +1000,9 @@ class RouteTrace:
         """The trajectory's token ids recorded so far (a read-only int64 view), ``None`` when never given."""
         if self._tokens is None:
             return None
-        view = self._tokens[: self._n_tokens]
-        view.flags.writeable = False
+        # Through a read-only buffer: a view of the trace's own (writeable) buffer would let a caller set
+        # ``flags.writeable = True`` again and rewrite the tokens every later call is checked against.
+        view: Array = np.asarray(memoryview(self._tokens[: self._n_tokens]).toreadonly())
         return view
 
     @property

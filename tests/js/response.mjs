@@ -153,6 +153,14 @@ function beside(chain, paths, keys) {
 /** Read every routes field of a response body, in document order. Throws DecodeError (field = JSONPath). */
 export function readResponse(input, options = {}) {
   const body = parseInput(input);
+  // formats.md, "Where": a list is a batch of bodies, each an object; text or any other item is refused.
+  if (Array.isArray(body)) {
+    body.forEach((item, i) => {
+      if (!isPlainObject(item)) {
+        throw new DecodeError(`$[${i}]`, "a response body as a JSON object", typeof item);
+      }
+    });
+  }
   const results = [];
   const read = (value, path, holder, chain, paths) => {
     const [format, reader] = at(path, () => detect(value, holder));

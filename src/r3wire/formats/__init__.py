@@ -559,6 +559,17 @@ def read_response(
                 "null" if body is None else f"a JSON {type(body).__name__}",
                 raw=True,
             )
+    if isinstance(body, (list, tuple)):
+        # A batch is a list of bodies, each an object. Anything else in it, above all a body still as text
+        # (``[r.text for r in responses]``), would be walked as data into ``[]``: "no routes", silently.
+        for i, item in enumerate(body):
+            if not isinstance(item, Mapping):
+                raise DecodeError.make(
+                    f"$[{i}]",
+                    "a response body as a JSON object (a list is a batch of parsed bodies: "
+                    "parse each text body, or read them one by one)",
+                    item,
+                )
     results = []
     for found in find_routes(body):
         if found.key == KEY_ROUTED_EXPERTS:
