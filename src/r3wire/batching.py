@@ -1002,7 +1002,7 @@ class RouteTrace:
             return None
         # Through a read-only buffer: a view of the trace's own (writeable) buffer would let a caller set
         # ``flags.writeable = True`` again and rewrite the tokens every later call is checked against.
-        view: Array = np.asarray(memoryview(self._tokens[: self._n_tokens]).toreadonly())
+        view: Array = np.asarray(self._tokens[: self._n_tokens].data.toreadonly())
         return view
 
     @property
