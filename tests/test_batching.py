@@ -1182,12 +1182,13 @@ def test_pack_routes_of_huge_row_counts_never_overflows_cu_seqlens() -> None:
 def test_batch_outputs_respect_max_elements_before_allocating(build: Callable[[], object]) -> None:
     tracemalloc.start()
     try:
-        with pytest.raises(R3WireError, match="max_elements"):
+        with pytest.raises(R3WireError, match="max_elements") as info:
             build()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
     assert peak < 1 << 20
+    assert type(info.value) is R3WireError  # batching's own class, like its other errors: nothing is decoded here
     # Exactly at the limit is allowed.
     assert pad_routes([_routes(3)], max_elements=18)[0].size == 18
     assert pack_routes([_routes(3)], max_elements=18)[0].size == 18
@@ -1197,11 +1198,13 @@ def test_batch_outputs_respect_max_elements_before_allocating(build: Callable[[]
 def test_trace_respects_max_elements() -> None:
     trace = RouteTrace(max_elements=30)
     trace.add(_routes(5), start=0, token_ids=_tokens(6))  # 30 ids
-    with pytest.raises(R3WireError, match="max_elements"):
+    with pytest.raises(R3WireError, match="max_elements") as info:
         trace.add(_routes(6), start=0, token_ids=_tokens(7))
+    assert type(info.value) is R3WireError
     assert trace.rows == 5
-    with pytest.raises(R3WireError, match="max_elements"):
+    with pytest.raises(R3WireError, match="max_elements") as info:
         RouteTrace(max_elements=30).add(_routes(1), start=0, token_ids=np.zeros(31, dtype=np.int64))
+    assert type(info.value) is R3WireError
     with pytest.raises(R3WireError) as info:
         RouteTrace(max_elements=-1)
     assert info.value.field == "max_elements"

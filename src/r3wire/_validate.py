@@ -146,14 +146,20 @@ def extent(shape: Sequence[int]) -> int:
     return count if count else math.prod(dim for dim in shape if dim)
 
 
-def check_element_count(shape: Sequence[int], max_elements: int | None, field: str = "shape") -> int:
+def check_element_count(
+    shape: Sequence[int],
+    max_elements: int | None,
+    field: str = "shape",
+    *,
+    error: type[R3WireError] = DecodeError,
+) -> int:
     """Return the element count of ``shape``, refusing a shape whose :func:`extent` exceeds ``max_elements``.
 
     ``None`` means :data:`DEFAULT_MAX_ELEMENTS`. A non-empty shape's extent is its element count; an empty one is
     held to the same limit through its non-zero dimensions (``[2**40, 0, 8]`` is refused by default).
 
     Raises:
-        DecodeError: the extent exceeds the limit.
+        DecodeError: the extent exceeds the limit (``error``: the caller's class, e.g. batching's ``R3WireError``).
     """
     limit = DEFAULT_MAX_ELEMENTS if max_elements is None else max_elements
     span = extent(shape)
@@ -161,7 +167,7 @@ def check_element_count(shape: Sequence[int], max_elements: int | None, field: s
         count = math.prod(shape)
         default = " (the default; pass a larger max_elements to raise it)" if limit == DEFAULT_MAX_ELEMENTS else ""
         elements = f"{count} elements" if count else f"no elements, {span} without its zero dimensions"
-        raise DecodeError.make(
+        raise error.make(
             field,
             f"at most max_elements={limit} elements{default}",
             f"{list(shape)} ({elements})",

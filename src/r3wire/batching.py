@@ -322,7 +322,7 @@ def _layout(
 
 def _bounded(shape: tuple[int, ...], max_elements: object, field: str) -> None:
     """Refuse an output shape over the caller's (or the default) element limit before allocating it."""
-    check_element_count(shape, optional_max_elements(max_elements), field)
+    check_element_count(shape, optional_max_elements(max_elements), field, error=R3WireError)
 
 
 def _allocate(shape: tuple[int, ...], dtype: np.dtype[Any] | type, field: str) -> Array:
@@ -870,7 +870,7 @@ def _as_tokens(value: object, field: str, *, limit: int | None = None, prefix: i
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
         raise _fail(field, "a 1-d sequence of integer token ids", f"{arr.dtype} {list(arr.shape)}")
     if limit is not None:
-        check_element_count(arr.shape, limit, field)
+        check_element_count(arr.shape, limit, field, error=R3WireError)
     if prefix is not None:
         arr = arr[:prefix]
     if arr.dtype.kind == "u" and arr.dtype.itemsize == 8 and arr.size and int(arr.max()) > _INT64_MAX:
@@ -1124,7 +1124,7 @@ class RouteTrace:
             )
         end = begin + arr.shape[0]
         # Sizes before contents: the token comparison and the range check below read what they are given.
-        check_element_count((max(end, self._rows), *arr.shape[1:]), self._max_elements, "trace")
+        check_element_count((max(end, self._rows), *arr.shape[1:]), self._max_elements, "trace", error=R3WireError)
         if tokens is not None:
             self._check_tokens(tokens, begin, end)
         dtype = self._fixed
