@@ -146,3 +146,17 @@ def test_interrupt_is_one_line_and_status_130(
     monkeypatch.setattr(cli, "run_demo", interrupted)
     assert main(["demo"]) == 130
     assert capsys.readouterr().err == "r3wire: error: interrupted\n"
+
+
+def test_out_of_memory_is_one_line_not_an_internal_error(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def too_big(**_: object) -> None:
+        raise MemoryError
+
+    monkeypatch.setattr(cli, "run_demo", too_big)
+    assert main(["demo"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("r3wire: error: out of memory: ")
+    assert "internal error" not in err
+    assert err.count("\n") == 1

@@ -356,9 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line and return its exit status.
 
-    0 success, 1 the reader of the output went away (``| head``), 2 bad input, 130 interrupted. Every error is one
-    line on standard error, ``r3wire: error: <field> must be <expected>, got <got>``; "internal error ... please
-    report this input" is kept for bugs in r3wire.
+    0 success, 1 the reader of the output went away (``| head``), 2 bad input or out of memory, 130 interrupted.
+    Every error is one line on standard error, ``r3wire: error: <field> must be <expected>, got <got>``; "internal
+    error ... please report this input" is kept for bugs in r3wire.
 
     Raises:
         SystemExit: ``--help`` (status 0), or a usage mistake (status 2, one line), as argparse does.
@@ -379,6 +379,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _error(parser.prog, "interrupted")
         return 130  # the shell's status for a process stopped by SIGINT
+    except MemoryError:
+        # Reads are bounded (--max-input-bytes, the decoders' element limit), so this is a payload within them
+        # that does not fit this machine, not a bug to report.
+        _error(
+            parser.prog,
+            "out of memory: what this command reads or builds does not fit in this process's memory (an input "
+            "is at most --max-input-bytes, each array decoded from it at most 2**30 ids)",
+        )
+        return 2
     except (Exception, RecursionError) as exc:  # the promise: never a traceback, whatever the file
         _error(parser.prog, f"internal error {type(exc).__name__} (please report this input): {exc}")
         return 2
