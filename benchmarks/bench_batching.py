@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     samples = [rng.integers(0, n_experts, size=(rows, layers, top_k), dtype=np.uint8) for _ in range(batch)]
     shape = (batch, rows, layers, top_k)
     source = np.stack(samples)  # the reference copies the same bytes from one contiguous array
+    full = [rows] * batch  # token lengths: these rows cover every token (left padding needs them said)
     warm = np.empty(shape, dtype=np.uint8)  # "buf": a reused (e.g. pinned) output buffer
     ragged_rows = [int(r) for r in rng.integers(rows // 2, rows, size=batch)]
     ragged = [s[:r] for s, r in zip(samples, ragged_rows, strict=True)]
@@ -96,10 +97,15 @@ def main(argv: list[str] | None = None) -> int:
 
     copy_warm = "np.copyto(buf, batch)"
     copy_fresh = "np.copyto(np.empty(...), batch)"
-    measure("pad_routes(out=buf)", lambda: pad_routes(samples, out=warm), copy_warm, lambda: np.copyto(warm, source))
+    measure(
+        "pad_routes(out=buf)",
+        lambda: pad_routes(samples, token_lengths=full, out=warm),
+        copy_warm,
+        lambda: np.copyto(warm, source),
+    )
     measure(
         "pad_routes(num_experts, out=buf)",
-        lambda: pad_routes(samples, num_experts=n_experts, out=warm),
+        lambda: pad_routes(samples, token_lengths=full, num_experts=n_experts, out=warm),
         copy_warm,
         lambda: np.copyto(warm, source),
     )
@@ -107,10 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     def copy_into_fresh(src: np.ndarray[Any, Any]) -> Callable[[], object]:
         return lambda: np.copyto(np.empty(src.shape, dtype=src.dtype), src)
 
-    measure("pad_routes", lambda: pad_routes(samples), copy_fresh, copy_into_fresh(source))
+    measure("pad_routes", lambda: pad_routes(samples, token_lengths=full), copy_fresh, copy_into_fresh(source))
     measure(
         "pad_routes(num_experts)",
-        lambda: pad_routes(samples, num_experts=n_experts),
+        lambda: pad_routes(samples, token_lengths=full, num_experts=n_experts),
         copy_fresh,
         copy_into_fresh(source),
     )

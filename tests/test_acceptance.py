@@ -329,10 +329,10 @@ def test_pad_routes_on_a_decoded_zero_element_payload_refuses_without_allocating
         decode_array({"data": "", "shape": [2**30, 0, 8], "dtype": "uint8", "schema": "r3wire.array", "version": 1})
     arr = np.empty((2**30, 0, 8), dtype=np.uint8)  # what it decoded to before
     with peak_bytes() as peak, pytest.raises(R3WireError):
-        pad_routes([arr])
+        pad_routes([arr], side="right")
     assert peak[0] < 16 * MIB
     with peak_bytes() as peak, pytest.raises(R3WireError):
-        pad_routes([np.empty((0, 1, 8), np.uint8), arr])
+        pad_routes([np.empty((0, 1, 8), np.uint8), arr], side="right")
     assert peak[0] < 16 * MIB
 
 
@@ -756,7 +756,7 @@ def test_prefill_decode_split_and_missing_last_row_masked() -> None:
 def test_balanced_padding_counts_within_one() -> None:
     experts, layers, top_k = 8, 3, 3
     samples = [_rows_k(n, layers, top_k, experts) for n in (1, 7, 4, 2)]
-    padded, mask = pad_routes(samples, fill="balanced", num_experts=experts)
+    padded, mask = pad_routes(samples, fill="balanced", num_experts=experts, side="right")
     pad = padded[mask]  # [padding tokens, layers, top_k]
     assert pad.shape[0] == 4 * 7 - 14
     for layer in range(layers):
@@ -765,7 +765,7 @@ def test_balanced_padding_counts_within_one() -> None:
     assert all(len(set(row.tolist())) == top_k for row in pad.reshape(-1, top_k))
     assert int(pad.max()) < experts
     with pytest.raises(R3WireError):
-        pad_routes(samples, fill="balanced")  # needs num_experts
+        pad_routes(samples, fill="balanced", side="right")  # needs num_experts
 
 
 def _rows_k(n: int, layers: int, top_k: int, experts: int) -> np.ndarray[Any, Any]:

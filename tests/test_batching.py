@@ -55,7 +55,7 @@ def _expected_pad(samples: list[Array], lengths: list[int], width: int, side: st
 @pytest.mark.parametrize("side", ["left", "right"])
 def test_pad_layout_and_mask(side: str) -> None:
     samples = [_routes(5, seed=1), _routes(2, seed=2), _routes(0, seed=3), _routes(4, seed=4)]
-    padded, mask = pad_routes(samples, side=side)  # type: ignore[arg-type]
+    padded, mask = pad_routes(samples, token_lengths=[5, 2, 0, 4], side=side)  # type: ignore[arg-type]
     expected, expected_mask = _expected_pad(samples, [5, 2, 0, 4], 5, side)
     assert padded.shape == (4, 5, 3, 2)
     assert mask.dtype == np.bool_
@@ -80,7 +80,9 @@ def test_uncaptured_rows_follow_the_captured_ones(side: str) -> None:
 
 
 def test_padding_rows_are_arange_top_k_in_every_layer() -> None:
-    padded, mask = pad_routes([_routes(1, layers=4, top_k=8), _routes(3, layers=4, top_k=8)], num_experts=16)
+    padded, mask = pad_routes(
+        [_routes(1, layers=4, top_k=8), _routes(3, layers=4, top_k=8)], token_lengths=[1, 3], num_experts=16
+    )
     assert mask[0].tolist() == [True, True, False]
     for pos in (0, 1):
         for layer in range(4):
@@ -137,7 +139,7 @@ def test_max_len_pads_further_and_refuses_too_short() -> None:
     assert info.value.field == "max_len"
     assert "samples[1]" in str(info.value)
     with pytest.raises(R3WireError):
-        pad_routes(samples, max_len=-1)
+        pad_routes(samples, max_len=-1, side="right")
 
 
 # --- pad_routes: dtype -----------------------------------------------------------------------------------------
@@ -146,7 +148,7 @@ def test_max_len_pads_further_and_refuses_too_short() -> None:
 @pytest.mark.parametrize(("num_experts", "expected"), [(16, "uint8"), (256, "uint8"), (257, "int16"), (40000, "int32")])
 def test_num_experts_fixes_the_batch_dtype(num_experts: int, expected: str) -> None:
     for dtype in (np.uint8, np.int32, np.int64, ">u2"):
-        padded, _ = pad_routes([_routes(2, dtype=dtype)], num_experts=num_experts)
+        padded, _ = pad_routes([_routes(2, dtype=dtype)], num_experts=num_experts, side="right")
         assert padded.dtype == np.dtype(expected) == route_dtype(num_experts)
         flat, _ = pack_routes([_routes(2, dtype=dtype)], num_experts=num_experts)
         assert flat.dtype == np.dtype(expected)
@@ -166,7 +168,7 @@ def test_num_experts_fixes_the_batch_dtype(num_experts: int, expected: str) -> N
 )
 def test_widest_sample_dtype_without_num_experts(dtypes: tuple[Any, ...], expected: Any) -> None:
     samples = [_routes(2, seed=i, dtype=dtype) for i, dtype in enumerate(dtypes)]
-    padded, _ = pad_routes(samples)
+    padded, _ = pad_routes(samples, side="right")
     assert padded.dtype == np.dtype(expected)
     assert padded.dtype.isnative
     assert np.array_equal(padded, np.stack(samples).astype(np.int64))
@@ -176,7 +178,7 @@ def test_values_that_need_the_wider_dtype_survive() -> None:
     small = np.zeros((1, 1, 2), dtype=np.uint16)
     small[0, 0] = [65535, 1]
     signed = np.array([[[-0, 32767]]], dtype=np.int16)
-    padded, _ = pad_routes([small, signed])
+    padded, _ = pad_routes([small, signed], side="right")
     assert padded.dtype == np.int32
     assert padded[0, 0, 0].tolist() == [65535, 1]
 
@@ -185,7 +187,7 @@ def test_id_at_or_above_num_experts_names_sample_row_layer_slot() -> None:
     samples = [_routes(3), _routes(4)]
     samples[1][2, 1, 0] = 16
     with pytest.raises(R3WireError) as info:
-        pad_routes(samples, num_experts=16)
+        pad_routes(samples, num_experts=16, side="right")
     assert info.value.field == "samples[1][row 2, layer 1, slot 0]"
     assert "num_experts=16" in str(info.value)
     assert info.value.got == "16"
@@ -195,7 +197,7 @@ def test_an_id_the_fixed_dtype_cannot_hold_is_refused_not_wrapped() -> None:
     sample = np.zeros((2, 1, 2), dtype=np.int64)
     sample[1, 0] = [0, 300]
     with pytest.raises(R3WireError, match=r"samples\[0\]\[row 1, layer 0, slot 1\]"):
-        pad_routes([sample], num_experts=256)  # uint8: 300 would wrap to 44
+        pad_routes([sample], num_experts=256, side="right")  # uint8: 300 would wrap to 44
 
 
 @pytest.mark.parametrize("num_experts", [None, 128])
@@ -205,7 +207,7 @@ def test_negative_ids_are_refused(num_experts: int | None) -> None:
     sample[1, 2, 1] = -1
     sample[2, 0, 0] = -5
     with pytest.raises(R3WireError) as info:
-        pad_routes([_routes(1), sample], num_experts=num_experts)
+        pad_routes([_routes(1), sample], num_experts=num_experts, side="right")
     assert info.value.field == "samples[1][row 1, layer 2, slot 1]"
     assert info.value.got == "-1"
     assert "non-negative" in str(info.value)
@@ -216,12 +218,12 @@ def test_negative_ids_are_refused(num_experts: int | None) -> None:
 def test_top_k_above_num_experts_is_refused() -> None:
     # Padding rows are arange(top_k): with top_k > num_experts they would hold invalid ids.
     with pytest.raises(R3WireError, match="top_k"):
-        pad_routes([np.zeros((0, 2, 5), dtype=np.uint8)], num_experts=4)
+        pad_routes([np.zeros((0, 2, 5), dtype=np.uint8)], num_experts=4, side="right")
 
 
 def test_top_k_that_arange_cannot_fill_in_the_batch_dtype_is_refused() -> None:
     with pytest.raises(R3WireError, match="top_k"):
-        pad_routes([np.zeros((0, 1, 257), dtype=np.uint8)])
+        pad_routes([np.zeros((0, 1, 257), dtype=np.uint8)], side="right")
 
 
 # --- pad_routes: sample structure ------------------------------------------------------------------------------
@@ -242,7 +244,7 @@ def test_top_k_that_arange_cannot_fill_in_the_batch_dtype_is_refused() -> None:
 )
 def test_bad_samples_name_their_index(bad: Any, field: str) -> None:
     with pytest.raises(R3WireError) as info:
-        pad_routes([_routes(2), bad])
+        pad_routes([_routes(2), bad], side="right")
     assert info.value.field == field
     with pytest.raises(R3WireError) as info:
         pack_routes([_routes(2), bad])
@@ -251,21 +253,21 @@ def test_bad_samples_name_their_index(bad: Any, field: str) -> None:
 
 def test_top_k_must_be_at_least_one() -> None:
     with pytest.raises(R3WireError) as info:
-        pad_routes([np.zeros((2, 3, 0), dtype=np.uint8)])
+        pad_routes([np.zeros((2, 3, 0), dtype=np.uint8)], side="right")
     assert info.value.field == "samples[0].shape[2]"
 
 
 @pytest.mark.parametrize("samples", ["abc", b"abc", 3, None, {"a": 1}, np.int32(3), np.array(3), iter([])])
 def test_samples_must_be_a_sequence(samples: Any) -> None:
     with pytest.raises(R3WireError) as info:
-        pad_routes(samples)
+        pad_routes(samples, side="right")
     assert info.value.field == "samples"
 
 
 def test_num_experts_must_be_valid() -> None:
     for bad in (0, -1, 2**31 + 1, True, 3.0, "8"):
         with pytest.raises(R3WireError):
-            pad_routes([_routes(1)], num_experts=bad)  # type: ignore[arg-type]
+            pad_routes([_routes(1)], num_experts=bad, side="right")  # type: ignore[arg-type]
         with pytest.raises(R3WireError):
             RouteTrace(num_experts=bad)  # type: ignore[arg-type]
 
@@ -275,7 +277,7 @@ def test_samples_of_any_layout_are_copied_exactly() -> None:
     readonly = base.copy()
     readonly.flags.writeable = False
     views = [base[::2], np.asfortranarray(base), base[::-1, :, ::-1], readonly]
-    padded, mask = pad_routes([*views, base.tolist()], num_experts=16)
+    padded, mask = pad_routes([*views, base.tolist()], token_lengths=[3, 6, 6, 6, 6], num_experts=16)
     for i, view in enumerate([*views, base]):
         rows = view.shape[0]
         assert np.array_equal(padded[i, 6 - rows :], view)
@@ -284,7 +286,7 @@ def test_samples_of_any_layout_are_copied_exactly() -> None:
 
 def test_a_4d_array_is_a_batch_of_samples() -> None:
     stacked = np.stack([_routes(3, seed=1), _routes(3, seed=2)])
-    padded, mask = pad_routes(stacked, num_experts=16)
+    padded, mask = pad_routes(stacked, num_experts=16, side="right")
     assert np.array_equal(padded, stacked)
     assert not mask.any()
     flat, _ = pack_routes(stacked)
@@ -301,7 +303,7 @@ def test_nested_lists_are_accepted() -> None:
 
 
 def test_empty_batch() -> None:
-    padded, mask = pad_routes([])
+    padded, mask = pad_routes([], side="right")
     assert padded.shape == (0, 0, 0, 0)
     assert padded.dtype == np.uint8
     assert mask.shape == (0, 0)
@@ -312,7 +314,7 @@ def test_empty_batch() -> None:
 
 
 def test_zero_row_samples() -> None:
-    padded, mask = pad_routes([_routes(0), _routes(0)])
+    padded, mask = pad_routes([_routes(0), _routes(0)], side="right")
     assert padded.shape == (2, 0, 3, 2)
     assert mask.shape == (2, 0)
     padded, mask = pad_routes([_routes(0), _routes(2)], token_lengths=[1, 2])
@@ -322,7 +324,7 @@ def test_zero_row_samples() -> None:
 
 def test_single_sample() -> None:
     sample = _routes(4, dtype=np.uint8)
-    padded, mask = pad_routes([sample])
+    padded, mask = pad_routes([sample], side="right")
     assert padded.shape == (1, 4, 3, 2)
     assert padded.dtype == np.uint8
     assert np.array_equal(padded[0], sample)
@@ -336,9 +338,9 @@ def test_single_sample() -> None:
 def test_out_is_filled_in_place_and_stale_contents_are_overwritten() -> None:
     samples = [_routes(2), _routes(4)]
     out = np.full((2, 5, 3, 2), 99, dtype=np.uint8)
-    padded, mask = pad_routes(samples, num_experts=16, max_len=5, out=out)
+    padded, mask = pad_routes(samples, num_experts=16, max_len=5, out=out, side="right")
     assert padded is out
-    expected, expected_mask = pad_routes(samples, num_experts=16, max_len=5)
+    expected, expected_mask = pad_routes(samples, num_experts=16, max_len=5, side="right")
     assert np.array_equal(out, expected)
     assert np.array_equal(mask, expected_mask)
 
@@ -353,7 +355,7 @@ def test_out_is_filled_in_place_and_stale_contents_are_overwritten() -> None:
 )
 def test_out_must_match(out: Any, field: str) -> None:
     with pytest.raises(R3WireError) as info:
-        pad_routes([_routes(2), _routes(4)], num_experts=16, max_len=5, out=out)
+        pad_routes([_routes(2), _routes(4)], num_experts=16, max_len=5, out=out, side="right")
     assert info.value.field == field
 
 
@@ -361,20 +363,20 @@ def test_out_must_be_writable() -> None:
     out = np.empty((1, 2, 3, 2), dtype=np.uint8)
     out.flags.writeable = False
     with pytest.raises(R3WireError, match="writable"):
-        pad_routes([_routes(2)], num_experts=16, out=out)
+        pad_routes([_routes(2)], num_experts=16, out=out, side="right")
 
 
 def test_check_refuses_repeated_ids_within_a_row() -> None:
     sample = _routes(3, top_k=4)
     sample[2, 1] = [5, 7, 5, 1]
     with pytest.raises(R3WireError) as info:
-        pad_routes([_routes(1, top_k=4), sample], check=True)
+        pad_routes([_routes(1, top_k=4), sample], check=True, side="right")
     assert info.value.field == "samples[1][row 2, layer 1]"
     assert "[5, 7, 5, 1]" in str(info.value)
     with pytest.raises(R3WireError):
         pack_routes([sample], check=True)
     # Without check the ids are copied as they are: distinctness costs a sort, so it is opt-in.
-    padded, _ = pad_routes([sample])
+    padded, _ = pad_routes([sample], side="right")
     assert padded[0, 2, 1].tolist() == [5, 7, 5, 1]
 
 
@@ -509,7 +511,7 @@ def test_pack_and_pad_allocate_only_their_output() -> None:
     samples = [_routes(400, layers=8, top_k=4, seed=i) for i in range(8)]
     builds: list[Callable[[], Array]] = [
         lambda: pack_routes(samples, num_experts=16)[0],
-        lambda: pad_routes(samples, num_experts=16)[0],
+        lambda: pad_routes(samples, num_experts=16, side="right")[0],
     ]
     for build in builds:
         tracemalloc.start()
@@ -706,7 +708,7 @@ def test_trace_composes_with_pad_routes() -> None:
 def test_torch_tensor_samples() -> None:
     torch = pytest.importorskip("torch")
     samples = [torch.tensor(_routes(3)), torch.tensor(_routes(1, seed=4))]
-    padded, mask = pad_routes(samples, num_experts=16)
+    padded, mask = pad_routes(samples, token_lengths=[3, 1], num_experts=16)
     assert padded.dtype == np.uint8
     assert mask.tolist() == [[False] * 3, [True, True, False]]
     assert np.array_equal(padded[0], samples[0].numpy())
@@ -740,8 +742,8 @@ def test_out_may_be_a_tensor_buffer_viewed_as_numpy() -> None:
     torch = pytest.importorskip("torch")
     samples = [_routes(3), _routes(1, seed=4)]
     buffer = torch.full((2, 3, 3, 2), 99, dtype=torch.uint8)  # e.g. a pinned buffer reused every step
-    pad_routes(samples, num_experts=16, out=buffer.numpy())
-    expected, _ = pad_routes(samples, num_experts=16)
+    pad_routes(samples, num_experts=16, out=buffer.numpy(), side="right")
+    expected, _ = pad_routes(samples, num_experts=16, side="right")
     assert np.array_equal(buffer.numpy(), expected)
 
 
@@ -1023,13 +1025,13 @@ def test_balanced_fill_with_a_period_longer_than_any_run() -> None:
 
 def test_arange_and_balanced_fill_rules() -> None:
     with pytest.raises(R3WireError) as info:
-        pad_routes([_routes(2)], fill="balanced")
+        pad_routes([_routes(2)], fill="balanced", side="right")
     assert info.value.field == "num_experts"
     with pytest.raises(R3WireError) as info:
-        pad_routes([_routes(2)], fill="random")  # type: ignore[arg-type]
+        pad_routes([_routes(2)], fill="random", side="right")  # type: ignore[arg-type]
     assert info.value.field == "fill"
     with pytest.raises(R3WireError, match="top_k"):
-        pad_routes([np.zeros((1, 1, 4), dtype=np.uint8)], num_experts=3, fill="balanced")
+        pad_routes([np.zeros((1, 1, 4), dtype=np.uint8)], num_experts=3, fill="balanced", side="right")
 
 
 # --- pad_sequences (issue 13.5) ---------------------------------------------------------------------------------
@@ -1124,7 +1126,7 @@ def test_zero_layer_routes_from_a_decoded_payload_never_allocate_a_huge_mask() -
     decoded = decode_routes({"data": "", "shape": [2**30, 0, 8], "dtype": "uint8"}) if _decodes_zero_layers() else None
     sample = decoded if decoded is not None else np.empty((2**30, 0, 8), dtype=np.uint8)
     builds: list[Callable[[], object]] = [
-        lambda: pad_routes([sample]),
+        lambda: pad_routes([sample], side="right"),
         lambda: pack_routes([sample]),
         lambda: validate_routes([sample]),
         lambda: RouteTrace().add(sample, start=0),
@@ -1169,9 +1171,9 @@ def test_pack_routes_of_huge_row_counts_never_overflows_cu_seqlens() -> None:
 @pytest.mark.parametrize(
     "build",
     [
-        lambda: pad_routes([_routes(3)], max_elements=17),
+        lambda: pad_routes([_routes(3)], max_elements=17, side="right"),
         lambda: pad_routes([_routes(3)], token_lengths=[2**40], max_elements=2**30),
-        lambda: pad_routes([_routes(1)], max_len=2**62, max_elements=2**30),
+        lambda: pad_routes([_routes(1)], side="right", max_len=2**62, max_elements=2**30),
         lambda: pack_routes([_routes(3)], max_elements=17),
         lambda: validate_routes([_routes(2), _routes(1)], max_elements=17),
         lambda: validate_routes([np.broadcast_to(np.uint16(1), (2**33, 1, 2))], max_elements=2**30),
@@ -1190,7 +1192,7 @@ def test_batch_outputs_respect_max_elements_before_allocating(build: Callable[[]
     assert peak < 1 << 20
     assert type(info.value) is R3WireError  # batching's own class, like its other errors: nothing is decoded here
     # Exactly at the limit is allowed.
-    assert pad_routes([_routes(3)], max_elements=18)[0].size == 18
+    assert pad_routes([_routes(3)], max_elements=18, side="right")[0].size == 18
     assert pack_routes([_routes(3)], max_elements=18)[0].size == 18
     validate_routes([_routes(2), _routes(1)], max_elements=18)
 
@@ -1250,7 +1252,7 @@ def test_array_valued_choices_are_refused_by_name(value: Array) -> None:
     calls: list[tuple[str, Callable[[], object]]] = [
         ("side", lambda: pad_routes([sample], side=value)),  # type: ignore[arg-type]
         ("side", lambda: pad_sequences([np.arange(3)], side=value)),  # type: ignore[arg-type]
-        ("fill", lambda: pad_routes([sample], fill=value)),  # type: ignore[arg-type]
+        ("fill", lambda: pad_routes([sample], fill=value, side="right")),  # type: ignore[arg-type]
         ("on_conflict", lambda: RouteTrace().add(sample, start=0, on_conflict=value)),  # type: ignore[arg-type]
     ]
     for field, call in calls:
@@ -1262,7 +1264,9 @@ def test_array_valued_choices_are_refused_by_name(value: Array) -> None:
 def test_messages_name_what_the_caller_passed() -> None:
     cases: list[tuple[Callable[[], object], str, str]] = [
         (
-            lambda: pad_routes([_routes(1, dtype=np.int16)], num_experts=1000, out=np.zeros((1, 1, 3, 2), ">i2")),
+            lambda: pad_routes(
+                [_routes(1, dtype=np.int16)], num_experts=1000, out=np.zeros((1, 1, 3, 2), ">i2"), side="right"
+            ),
             "out.dtype",
             "out.dtype must be int16 in native byte order (the batch dtype), got int16 in big-endian byte order",
         ),
@@ -1360,7 +1364,7 @@ def test_out_overlapping_an_input_is_refused() -> None:
     out = np.arange(12, dtype=np.uint8).reshape(2, 3, 1, 2) % 16
     before = out.copy()
     with pytest.raises(R3WireError) as info:
-        pad_routes([out[1], out[0]], num_experts=16, out=out)
+        pad_routes([out[1], out[0]], num_experts=16, out=out, side="right")
     assert info.value.field == "out"
     assert "samples[0]" in str(info.value)
     assert np.array_equal(out, before)  # refused before anything was written
@@ -1370,7 +1374,7 @@ def test_out_overlapping_an_input_is_refused() -> None:
     assert info.value.field == "out"
     assert "values[1]" in str(info.value)
     # Copies are fine, and so is a buffer next to the samples.
-    padded, _ = pad_routes([out[1].copy(), out[0].copy()], num_experts=16, out=out)
+    padded, _ = pad_routes([out[1].copy(), out[0].copy()], num_experts=16, out=out, side="right")
     assert np.array_equal(padded, before[::-1])
     pool = np.zeros(6)
     assert pad_sequences([pool[:3]], out=pool[3:].reshape(1, 3))[0].tolist() == [[0.0, 0.0, 0.0]]
@@ -1394,10 +1398,10 @@ def test_an_empty_list_sample_takes_the_batch_kind() -> None:
     assert info.value.field == "values[2].dtype"
     # For routes an empty list's shape is what is wrong, not NumPy's float64.
     for call, field in (
-        (lambda: pad_routes([[]]), "samples[0]"),
+        (lambda: pad_routes([[]], side="right"), "samples[0]"),
         (lambda: pack_routes([[]]), "samples[0]"),
         (lambda: RouteTrace().add([], start=0), "routes"),
-        (lambda: pad_routes([[[[]]]]), "samples[0].shape[2]"),
+        (lambda: pad_routes([[[[]]]], side="right"), "samples[0].shape[2]"),
     ):
         with pytest.raises(R3WireError) as info:
             call()
@@ -1421,7 +1425,7 @@ def test_int_lists_numpy_would_round_through_float64_are_refused(values: list[in
     assert info.value.field == "token_ids"
     assert "integers NumPy converts exactly" in str(info.value)
     with pytest.raises(R3WireError) as info:
-        pad_routes([[[[values[-1], 3]]]])
+        pad_routes([[[[values[-1], 3]]]], side="right")
     assert info.value.field == "samples[0]"
     # A float among them: float semantics, but an int float64 cannot hold exactly is still refused.
     with pytest.raises(R3WireError) as info:
@@ -1437,7 +1441,7 @@ def test_masked_arrays_are_refused_everywhere() -> None:
     ma: Any = np.ma  # untyped in NumPy 1.24's stubs
     masked = ma.array(np.array([[[1, -1]]], dtype=np.int16), mask=[[[False, True]]])
     calls: list[tuple[str, Callable[[], object]]] = [
-        ("samples[0]", lambda: pad_routes([masked], num_experts=16)),
+        ("samples[0]", lambda: pad_routes([masked], num_experts=16, side="right")),
         ("samples[0]", lambda: pack_routes([masked], num_experts=16)),
         ("samples[0]", lambda: validate_routes([masked], num_experts=16)),
         ("routes", lambda: RouteTrace(num_experts=16).add(masked, start=0)),
@@ -1448,3 +1452,29 @@ def test_masked_arrays_are_refused_everywhere() -> None:
             call()
         assert info.value.field == field
         assert "MaskedArray" in str(info.value)
+
+
+def test_left_padding_needs_token_lengths() -> None:
+    # Left padding lines up the last tokens; rows taken for tokens put every row one token late beside the token
+    # ids (a trajectory has one more token than rows), with matching shapes and no error.
+    samples = [_routes(3), _routes(1)]
+    calls: list[Callable[[], object]] = [
+        lambda: pad_routes(samples),
+        lambda: pad_routes(samples, side="left", num_experts=16, max_len=4),
+        lambda: pad_routes([]),
+        lambda: pad_sequences([np.zeros(2), np.zeros(1)], offsets=[2, 1]),
+    ]
+    for call in calls:
+        with pytest.raises(R3WireError) as info:
+            call()
+        assert info.value.field == "token_lengths"
+        assert "side='left'" in str(info.value)
+        assert "or side='right', got None" in str(info.value)
+    # What no token count can misplace: right padding, and values that cover the whole trajectory.
+    _, mask = pad_routes(samples, side="right")
+    assert mask.tolist() == [[False] * 3, [False, True, True]]
+    padded, mask = pad_routes(samples, token_lengths=[4, 2], num_experts=16)
+    assert mask.tolist() == [[False, False, False, True], [True, True, False, True]]
+    ids, _ = pad_sequences([np.arange(4), np.arange(2)])
+    assert ids.tolist() == [[0, 1, 2, 3], [0, 0, 0, 1]]
+    assert np.array_equal(padded[1, 2], samples[1][0])  # row 0 beside token 0 of the 2-token trajectory

@@ -306,6 +306,22 @@ def _layout(
     if chosen is None:
         raise _fail("side", "'left' or 'right'", describe(side))
     side = chosen
+    if side == "left" and token_lengths is None and (samples == "samples" or offsets is not None):
+        # Left padding lines up the trajectories' last tokens, which neither routes nor offset values can tell:
+        # taking the rows for the tokens put every row one token late (a trajectory has one more token than rows).
+        if samples == "samples":
+            why = (
+                "a trajectory usually has one token more than route rows, its last sampled token never being "
+                "forwarded; for rows that cover every token pass the row counts"
+            )
+        else:
+            why = "values that start at an offset, such as completion logprobs, need not reach the last token"
+        raise _fail(
+            "token_lengths",
+            f"each trajectory's token count with side='left' (left padding lines up the trajectories' last "
+            f"tokens; {why}), or side='right'",
+            "None",
+        )
     lengths = _token_lengths(token_lengths, counts, offsets, samples=samples)
     longest = max(lengths, default=0)
     if max_len is None:
@@ -399,7 +415,9 @@ def pad_routes(
     Args:
         samples: one ``[rows_i, layers, top_k]`` array per trajectory (any integer dtype; torch tensors and nested
             lists are accepted); all share ``[layers, top_k]``, both ``>= 1``. Zero-row samples are allowed.
-        token_lengths: each trajectory's token count; ``rows_i <= token_lengths[i]``. Default: ``rows_i``.
+        token_lengths: each trajectory's token count; ``rows_i <= token_lengths[i]``. Required with
+            ``side="left"``, which lines up the trajectories' last tokens (a trajectory usually has one more token
+            than rows); with ``side="right"`` the default is ``rows_i``.
         side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
         num_experts: the model's expert count. Fixes the batch dtype to :func:`r3wire.route_dtype`
             (identical on every rank and step) and requires every id to be below it.
@@ -424,8 +442,9 @@ def pad_routes(
 
     Raises:
         R3WireError: a sample is not a 3-d integer array, its shape is out of bounds, samples disagree on
-            ``[layers, top_k]``, ``layers < 1`` or ``top_k < 1``, a sample has more rows than its token length,
-            a length exceeds ``max_len``, the output exceeds ``max_elements``, an id is negative, does not fit
+            ``[layers, top_k]``, ``layers < 1`` or ``top_k < 1``, ``side="left"`` without ``token_lengths``, a
+            sample has more rows than its token length, a length exceeds ``max_len``, the output exceeds
+            ``max_elements``, an id is negative, does not fit
             the batch dtype or is ``>= num_experts`` (the message names sample, row, layer and slot), ids repeat
             within a row (``check=True``), ``fill`` is unknown or ``"balanced"`` without ``num_experts``, or
             ``out`` does not match or may share memory with a sample.
@@ -691,7 +710,8 @@ def pad_sequences(
             empty list takes the other samples' kind; a nested list of ints NumPy holds only as float64 or
             object (ints past int64 beside others) is refused rather than rounded.
         token_lengths: each trajectory's token count; ``offsets[i] + n_i <= token_lengths[i]``. Default:
-            ``offsets[i] + n_i``.
+            ``offsets[i] + n_i``, except that ``offsets`` with ``side="left"`` require it (left padding lines up
+            the last tokens, which values that start at an offset need not reach).
         side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
         fill: what every cell outside the values holds; must be exactly representable in the output dtype.
         out: a writable array of exactly the output shape and dtype to fill instead of allocating one, sharing
@@ -709,7 +729,8 @@ def pad_sequences(
     Raises:
         R3WireError: a sample is not an array of a bool, integer or float dtype with a token axis (or is a nested
             list of ints NumPy cannot hold exactly), samples differ
-            in ``rest`` or in kind, a length, offset or ``max_len`` is inconsistent, the output exceeds
+            in ``rest`` or in kind, ``offsets`` with ``side="left"`` come without ``token_lengths``, a length,
+            offset or ``max_len`` is inconsistent, the output exceeds
             ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match or may share memory
             with a sample.
     """

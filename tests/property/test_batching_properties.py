@@ -188,7 +188,7 @@ def hostile_samples(draw: st.DrawFn) -> list[Any]:
 def test_bad_batches_raise_only_r3wire_errors(samples: list[Any], num_experts: int | None, check: bool) -> None:
     messages = []
     try:
-        padded, mask = pad_routes(samples, num_experts=num_experts, check=check)
+        padded, mask = pad_routes(samples, num_experts=num_experts, check=check, side="right")
     except R3WireError as exc:
         messages.append(str(exc))
     else:
@@ -489,7 +489,7 @@ def test_decoded_payloads_batch_or_raise_without_a_huge_allocation(shape: list[i
     if decoded is None:
         return
     builds: list[Any] = [
-        lambda: pad_routes([decoded] * copies),
+        lambda: pad_routes([decoded] * copies, side="right"),
         lambda: pad_routes(
             [decoded] * copies, token_lengths=[decoded.shape[0] + 1] * copies, side="right", max_elements=LIMIT
         ),
@@ -777,7 +777,7 @@ def test_out_that_shares_memory_with_a_sample_is_refused_never_half_read(
     # A sample with no rows reads nothing: it may be an empty view of out.
     samples = [routes_out[i % batch, : data.draw(st.integers(1, width))] for i in range(batch)]
     with pytest.raises(R3WireError) as info:
-        pad_routes(samples, max_len=width, out=routes_out, num_experts=16)
+        pad_routes(samples, max_len=width, out=routes_out, num_experts=16, side="right")
     assert info.value.field == "out"
 
 
@@ -835,3 +835,37 @@ def test_int_lists_pad_exactly_or_are_refused(samples: list[list[int]]) -> None:
     else:
         assert max(tokens) >= 2**63
         assert "got float64" not in refused
+
+
+@given(
+    tokens=st.lists(st.integers(1, 6), min_size=1, max_size=4),
+    whole=st.lists(st.booleans(), min_size=4, max_size=4),
+    side=st.sampled_from(["left", "right"]),
+    extra=st.one_of(st.none(), st.integers(0, 3)),
+)
+def test_whatever_pads_without_token_lengths_puts_row_j_beside_token_j(
+    tokens: list[int], whole: list[bool], side: str, extra: int | None
+) -> None:
+    # A trajectory of n tokens has n - 1 rows (or n, when rows cover every token). Whenever routes and the token ids
+    # both pad without token_lengths to the same width, row j must sit beside token j: taking rows for tokens
+    # under left padding put every row one token late, with matching shapes and no error.
+    rows = [n if full else n - 1 for n, full in zip(tokens, whole, strict=False)]
+    routes = [np.full((r, 1, 1), j, dtype=np.uint8) for j, r in enumerate(rows)]
+    ids = [np.arange(n, dtype=np.int64) for n in tokens]
+    max_len = None if extra is None else max(tokens) + extra
+    refused: R3WireError | None = None
+    try:
+        padded, mask = pad_routes(routes, side=side, max_len=max_len)  # type: ignore[arg-type]
+    except R3WireError as exc:
+        refused = exc
+    if refused is not None:
+        assert refused.field in {"token_lengths", "max_len"}, refused
+        return
+    grid, _ = pad_sequences(ids, side=side, max_len=max_len, fill=-1)  # type: ignore[arg-type]
+    if padded.shape[1] != grid.shape[1]:
+        return  # a shape mismatch a trainer cannot miss
+    for i, r in enumerate(rows):
+        replayed = np.flatnonzero(~mask[i])
+        assert len(replayed) == r
+        assert grid[i, replayed].tolist() == list(range(r))  # row j beside token j
+        assert (padded[i, replayed] == i).all()
