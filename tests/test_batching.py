@@ -1478,3 +1478,50 @@ def test_left_padding_needs_token_lengths() -> None:
     ids, _ = pad_sequences([np.arange(4), np.arange(2)])
     assert ids.tolist() == [[0, 1, 2, 3], [0, 0, 0, 1]]
     assert np.array_equal(padded[1, 2], samples[1][0])  # row 0 beside token 0 of the 2-token trajectory
+
+
+def test_trace_places_rows_from_the_end_when_start_is_none() -> None:
+    # Every engine's rows end at the call's last forwarded token (the one before its last sampled token), so the
+    # call's tokens say where they start: no offset for the caller to get wrong.
+    full, tokens = _routes(9), _tokens(10)
+    trace = RouteTrace(num_experts=16)
+    trace.add(full[:4], token_ids=tokens[:5])  # a full first response: rows 0 .. 3 of 5 tokens
+    assert trace.rows == 4
+    trace.add(full[2:9], start=None, token_ids=tokens)  # re-sent rows 2 and 3, then the new ones
+    trace.add(full[6:9], token_ids=np.array(tokens))  # a delta that overlaps (the fast path)
+    routes, captured = trace.finalize()
+    assert captured == 9
+    assert np.array_equal(routes, full)
+    assert trace.conflicts == 0
+
+    # The engine left out the rows before the call's first generated token: refused, not stitched at row 0.
+    fresh = RouteTrace(num_experts=16)
+    with pytest.raises(R3WireError) as info:
+        fresh.add(full[6:9], token_ids=tokens)
+    assert info.value.field == "start"
+    assert str(info.value).startswith("start must be <= 0, the rows recorded so far (derived with start=None as")
+    assert "rows 0 .. 5 would be missing" in str(info.value)
+    assert fresh.rows == 0
+    assert fresh.token_ids is None
+
+    # Rows for every token (a prefill node's) cannot end before the last token: they need start=.
+    with pytest.raises(R3WireError) as info:
+        fresh.add(full[:5], token_ids=tokens[:5])
+    assert info.value.field == "routes"
+    assert "need start=" in str(info.value)
+    fresh.add(full[:5], start=0, token_ids=tokens[:5])
+    assert fresh.rows == 5
+
+    # Without token ids there is nothing to place them by.
+    with pytest.raises(R3WireError) as info:
+        RouteTrace().add(full[:4])
+    assert info.value.field == "start"
+    assert "None with token_ids" in str(info.value)
+
+    # Errors in routes or token ids are named as with an explicit start.
+    with pytest.raises(R3WireError) as info:
+        RouteTrace().add(full[:4].astype(np.float32), token_ids=tokens[:5])
+    assert info.value.field == "routes.dtype"
+    with pytest.raises(R3WireError) as info:
+        RouteTrace().add(full[:4], token_ids=[1.5] * 5)
+    assert info.value.field == "token_ids"

@@ -1059,7 +1059,9 @@ class RouteTrace:
     def fork(self, rows: int) -> RouteTrace:
         """A new trace that shares this one's first ``rows`` tokens and the route rows recorded at them.
 
-        The branch is a copy: adding to either never changes the other. Its :attr:`conflicts` starts at 0.
+        The branch is a copy: adding to either never changes the other. Its :attr:`conflicts` starts at 0. It may
+        hold one row fewer than ``rows`` (the parent's last token has no row), so ask an engine for the branch's
+        next rows from ``branch.rows``.
 
         Args:
             rows: the number of leading positions to keep, at most the recorded tokens (or, for a trace without
@@ -1085,7 +1087,7 @@ class RouteTrace:
         self,
         routes: Any,
         *,
-        start: int,
+        start: int | None = None,
         token_ids: Any = None,
         on_conflict: Conflict | None = None,
     ) -> None:
@@ -1097,6 +1099,11 @@ class RouteTrace:
             start: the trajectory row the call's first row is; at most :attr:`rows` (no gap). Rows below
                 :attr:`rows` are the overlap with what is recorded. It must be exact: ``token_ids`` verify the
                 call's tokens, not this offset, so a wrong ``start`` surfaces only as conflicts in the overlap.
+                ``None`` (needs ``token_ids``): derived from the end, ``len(token_ids) - 1 - n``. Every engine's
+                rows, full or delta (vLLM, SGLang, prime-rl, a decode node), end at the call's last forwarded
+                token, the one before its last sampled token, so this places them without the caller counting
+                (and ``ReadResult.start`` may be passed as it is, ``None`` where a format carries no start). Rows
+                that cover every token of ``token_ids`` (a prefill node's) need an explicit ``start``.
             token_ids: the call's full token sequence (prompt + completion) from trajectory position 0. Must cover
                 the rows (``start + n <= len(token_ids)``) and agree with every recorded token on their common
                 length; tokens past the recorded ones are recorded.
@@ -1108,11 +1115,14 @@ class RouteTrace:
 
         Raises:
             R3WireError: a bad array or shape, a negative id or one ``>= num_experts``, ``start`` past the end of
-                the trace (a gap), ``token_ids`` missing on a verifying trace (or given on one that is not), not
-                covering the rows, or differing from the recorded tokens (the first differing position and both
-                tokens are named), the trace exceeding ``max_elements``, or conflicting rows under ``"raise"``
-                (row and layer named). The trace is unchanged when this is raised.
+                the trace (a gap), ``start=None`` without ``token_ids`` or with as many rows as tokens,
+                ``token_ids`` missing on a verifying trace (or given on one that is not), not covering the rows,
+                or differing from the recorded tokens (the first differing position and both tokens are named),
+                the trace exceeding ``max_elements``, or conflicting rows under ``"raise"`` (row and layer
+                named). The trace is unchanged when this is raised.
         """
+        if start is None:
+            routes, token_ids, start = self._end_aligned(routes, token_ids)
         if self._add_common(routes, start, token_ids, on_conflict):
             return
         arr = _as_routes(routes, "routes")
@@ -1190,6 +1200,42 @@ class RouteTrace:
             assert tokens is not None
             self._record_tokens(tokens, room)
         self._verified = tokens is not None
+
+    def _end_aligned(self, routes: object, token_ids: object) -> tuple[Array, Array, int]:
+        """The routes and tokens of a call given without ``start``, and the start their ends imply.
+
+        Raises:
+            R3WireError: as :meth:`add` for the routes and tokens; no tokens, or rows that do not end before the
+                call's last token, or a start past the recorded rows (named as derived).
+        """
+        arr = _as_routes(routes, "routes")
+        if token_ids is None:
+            raise _fail(
+                "start",
+                "the trajectory row of routes[0], or None with token_ids (the call's tokens: rows that end at its "
+                "last forwarded token are placed from the end)",
+                "None",
+            )
+        tokens = _as_tokens(token_ids, "token_ids", limit=self._max_elements)
+        n_rows, n_tokens = arr.shape[0], tokens.shape[0]
+        begin = n_tokens - 1 - n_rows
+        if begin < 0:
+            raise _fail(
+                "routes",
+                f"at most len(token_ids) - 1 = {max(n_tokens - 1, 0)} rows with start=None (start is derived from "
+                "the end: an engine's rows stop at the token before the call's last sampled one; rows that cover "
+                "every token, such as a prefill node's, need start=)",
+                f"{n_rows} rows",
+            )
+        if begin > self._rows:
+            raise _fail(
+                "start",
+                f"<= {self._rows}, the rows recorded so far (derived with start=None as len(token_ids) - 1 - rows "
+                f"= {n_tokens} - 1 - {n_rows}: rows {self._rows} .. {begin - 1} would be missing, e.g. omitted by "
+                "the engine; a call must continue the trace without a gap)",
+                begin,
+            )
+        return arr, tokens, begin
 
     def _add_common(self, routes: object, start: object, token_ids: object, on_conflict: object) -> bool:
         """Record the common call, or change nothing and return False: :meth:`add` then decides as it always does.

@@ -306,7 +306,9 @@ def test_random_multi_turn_trajectories_stitch_like_the_reference(
 ) -> None:
     trace, reference = RouteTrace(num_experts=EXPERTS), _Reference()
     for _ in range(data.draw(st.integers(1, 10), label="calls")):
-        op = data.draw(st.sampled_from(["call", "call", "call", "fork", "mismatch", "gap", "overflow", "no memory"]))
+        op = data.draw(
+            st.sampled_from(["call", "call", "call", "fork", "mismatch", "gap", "omitted", "overflow", "no memory"])
+        )
         if op == "call":
             # The call's tokens agree with the recorded ones on their common length: a longer conversation, or a
             # re-scored prefix of it.
@@ -315,10 +317,19 @@ def test_random_multi_turn_trajectories_stitch_like_the_reference(
             if shared == len(reference.tokens):
                 tokens = tokens + data.draw(st.lists(TOKENS, max_size=6))
             start = data.draw(st.integers(0, min(len(reference.rows), len(tokens))))
-            end = data.draw(st.integers(start, len(tokens)))
+            # Often an engine's rows: ending at the call's last forwarded token, where start=None may place them.
+            last = len(tokens) - 1
+            ends = st.integers(start, len(tokens))
+            end = data.draw(ends if last < start else st.one_of(st.just(last), ends))
             routes = _call_routes(data, reference, start, end, row_shape)
             policy = data.draw(st.sampled_from([None, "keep", "replace"]))
-            trace.add(routes, start=start, token_ids=tokens, on_conflict=policy)  # type: ignore[arg-type]
+            derived = end == last and data.draw(st.booleans())
+            trace.add(
+                routes,
+                start=None if derived else start,
+                token_ids=tokens,
+                on_conflict=policy,  # type: ignore[arg-type]
+            )
             reference.add(routes, start, tokens, policy)
         elif op == "fork":
             # "Longest matching prefix" branching: a new continuation forks at its common prefix.
@@ -346,6 +357,16 @@ def test_random_multi_turn_trajectories_stitch_like_the_reference(
             tokens = reference.tokens + data.draw(st.lists(TOKENS, min_size=start + 1, max_size=start + 1))
             routes = np.zeros((1, *row_shape), dtype=np.uint8)
             assert _refused(trace, reference, routes=routes, start=start, tokens=tokens, row_shape=row_shape) == "start"
+        elif op == "omitted":
+            # Rows that end at the call's last forwarded token but begin past the recorded ones (an engine that
+            # left out the prompt rows): placed from the end with start=None, the gap is refused, naming start.
+            tokens = reference.tokens + data.draw(st.lists(TOKENS, min_size=2, max_size=6))
+            count = data.draw(st.integers(0, len(tokens) - 2 - len(reference.rows)))
+            routes = np.zeros((count, *row_shape), dtype=np.uint8)
+            with pytest.raises(R3WireError) as info:
+                trace.add(routes, token_ids=tokens)
+            assert info.value.field == "start"
+            assert "derived with start=None" in str(info.value)
         elif op == "overflow":
             # More rows than the call's tokens: a row without a token.
             start = data.draw(st.integers(0, len(reference.rows)))
