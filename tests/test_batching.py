@@ -211,8 +211,14 @@ def test_negative_ids_are_refused(num_experts: int | None) -> None:
     assert info.value.field == "samples[1][row 1, layer 2, slot 1]"
     assert info.value.got == "-1"
     assert "non-negative" in str(info.value)
+    assert "routes[:, moe_layers]" in str(info.value)  # -1 is a known sentinel: the message says what to do
     with pytest.raises(R3WireError):
         pack_routes([sample], num_experts=num_experts)
+    sample[1, 2, 1] = 0
+    with pytest.raises(R3WireError) as info:
+        RouteTrace().add(sample, start=0)
+    assert info.value.got == "-5"
+    assert "moe_layers" not in str(info.value)  # any other negative is just out of range
 
 
 def test_top_k_above_num_experts_is_refused() -> None:
@@ -1525,3 +1531,29 @@ def test_trace_places_rows_from_the_end_when_start_is_none() -> None:
     with pytest.raises(R3WireError) as info:
         RouteTrace().add(full[:4], token_ids=[1.5] * 5)
     assert info.value.field == "token_ids"
+
+
+def test_too_many_rows_for_the_tokens_says_token_ids_are_the_whole_sequence() -> None:
+    # The usual cause: the completion's token ids passed where the call's whole sequence belongs.
+    with pytest.raises(R3WireError) as info:
+        RouteTrace().add(_routes(6), start=0, token_ids=_tokens(3))
+    assert info.value.field == "routes"
+    assert "prompt + completion" in str(info.value)
+
+
+def test_lengths_and_offsets_may_be_integer_tensors() -> None:
+    torch = pytest.importorskip("torch")
+    samples = [_routes(3), _routes(1)]
+    attention_mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    padded, mask = pad_routes(samples, token_lengths=attention_mask.sum(-1), num_experts=16)
+    expected, expected_mask = pad_routes(samples, token_lengths=[4, 2], num_experts=16)
+    assert np.array_equal(padded, expected)
+    assert np.array_equal(mask, expected_mask)
+    values, _ = pad_sequences(
+        [np.ones(2), np.ones(1)], token_lengths=torch.tensor([4, 2]), offsets=torch.tensor([2, 1])
+    )
+    assert values.tolist() == [[0, 0, 1, 1], [0, 0, 0, 1]]
+    for bad in (torch.tensor([4.0, 2.0]), torch.tensor([[4, 2]])):
+        with pytest.raises(R3WireError) as info:
+            pad_routes(samples, token_lengths=bad)
+        assert info.value.field == "token_lengths"

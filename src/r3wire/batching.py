@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import sys
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any, Final, Literal
@@ -195,7 +196,14 @@ def _check_range(arr: Array, limit: int, field: str, *, expected: str) -> None:
         low = int(arr.min())
         if low < 0:
             first = [int(i) for i in np.argwhere(arr < 0)[0]]
-            raise _fail(_where(field, first), "a non-negative expert id", int(arr[tuple(first)]))
+            value = int(arr[tuple(first)])
+            expected = "a non-negative expert id"
+            if value == -1:  # what SGLang and NeMo-RL write for "no route"; say what to do with it
+                expected += (
+                    " (-1 is SGLang's and NeMo-RL's 'no expert recorded': drop dense layers, routes[:, moe_layers], "
+                    "before batching; a mask here covers whole rows)"
+                )
+            raise _fail(_where(field, first), expected, value)
     if dtype_max > limit:
         high = int(arr.max())
         if high > limit:
@@ -235,7 +243,10 @@ def _check_distinct(arr: Array, field: str) -> None:
 
 
 def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
-    """``value`` as ``count`` Python ints in ``0 .. MAX_DIM`` (a list, tuple or 1-d integer array)."""
+    """``value`` as ``count`` Python ints in ``0 .. MAX_DIM`` (a list, tuple, 1-d integer array or tensor)."""
+    torch = sys.modules.get("torch")  # a tensor can only exist if the caller imported torch
+    if torch is not None and isinstance(value, torch.Tensor):
+        value = _from_caller(value, field)  # e.g. attention_mask.sum(-1), what a trainer holds
     if isinstance(value, np.ndarray):
         if value.ndim != 1 or value.dtype.kind not in "iu":
             raise _fail(field, "a 1-d integer sequence", f"{value.dtype} {list(value.shape)}")
@@ -1325,7 +1336,8 @@ class RouteTrace:
             raise _fail(
                 "routes",
                 f"at most {max(tokens.shape[0] - begin, 0)} rows (start={begin} + rows <= "
-                f"len(token_ids)={tokens.shape[0]}: a row belongs to a token of the call)",
+                f"len(token_ids)={tokens.shape[0]}: a row belongs to a token of the call, and token_ids are the "
+                "call's whole sequence, prompt + completion, not the completion's alone)",
                 f"{end - begin} rows",
             )
         if self._tokens is None:
