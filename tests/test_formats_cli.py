@@ -468,3 +468,34 @@ def test_with_stderr_closed_nothing_meant_for_it_lands_in_stdout(tmp_path: Path)
         assert plotted.returncode == 0
         assert orjson.loads(plotted.stdout)["shape"] == [40, 4, 2]  # the "wrote ..." note is not mixed in
         assert (tmp_path / "load.png").read_bytes().startswith(b"\x89PNG")
+
+
+@pytest.mark.parametrize(
+    ("payload", "args", "format_name"),
+    [
+        (b"[[[1, 2]], [[3, 4]]]", [], "json-lists"),
+        (b'[\n  ["AQI=", null]\n]', [], None),  # a list of lists that is no payload either: a payload error
+        (b'["AQI=", null]', ["--num-layers", "1", "--top-k", "2"], "fireworks-matrices"),
+    ],
+)
+def test_a_json_list_payload_is_read_as_one_payload_not_as_a_batch(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], payload: bytes, args: list[str], format_name: str | None
+) -> None:
+    # A JSON list is a batch of bodies only when it holds objects; a list payload (json-lists, fireworks-matrices)
+    # was refused as a batch once read_response refused lists of non-objects.
+    path = _file(tmp_path, payload)
+    status = main(["inspect", "--json", *args, path])
+    captured = capsys.readouterr()
+    if format_name is None:
+        assert status == 2
+        assert "response body as a JSON object" not in captured.err
+        return
+    assert status == 0, captured.err
+    assert orjson.loads(captured.out)["format"] == format_name
+
+
+def test_a_json_list_of_bodies_is_read_as_a_batch(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    body = {"choices": [{"routed_experts": write(ROUTES[:3], "skyrl")}]}
+    path = _file(tmp_path, b" [ " + orjson.dumps(body) + b"]")
+    assert main(["inspect", "--json", path]) == 0
+    assert "$[0].choices[0].routed_experts" in capsys.readouterr().out

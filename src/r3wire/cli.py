@@ -100,8 +100,15 @@ def _detectable(formats: Any, payload: object, args: argparse.Namespace) -> bool
 
 
 def _is_json(payload: str | bytes) -> bool:
-    head = payload[:1]
-    return head in ("{", "[", b"{", b"[")
+    """JSON text that may be a response body: an object, or a list of them (a batch). A list of anything else is
+    a payload (json-lists, fireworks-matrices), which read_response refuses as a batch."""
+    head = payload[:66]
+    text = head.decode("latin-1") if isinstance(head, bytes) else head
+    if text[:1] == "{":
+        return True
+    if text[:1] != "[":
+        return False
+    return text[1:65].lstrip(" \t\r\n")[:1] in ("{", "]")
 
 
 def _input_name(file: str) -> str:
