@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import numpy as np
@@ -103,3 +104,40 @@ def test_errors_that_need_no_ids_come_at_the_call() -> None:
 def test_small_documents_are_one_chunk() -> None:
     doc = {"routed_experts": np.ones((2, 2, 2), np.int32), "x": [1.5]}
     assert list(r3wire.iter_dumps(doc)) == [r3wire.dumps(doc)]
+
+
+@pytest.mark.parametrize("dtype", ["<f4", ">f4", "<f8"])
+@pytest.mark.parametrize("clamp", [False, True])
+def test_logprobs_stream_in_pieces_like_any_array(dtype: str, clamp: bool) -> None:
+    # Arrays under logprobs_keys were one base64 string: one chunk out of iter_dumps, and several body-sized
+    # copies in dumps (a peak of 13x the body).
+    logprobs = rng.standard_normal(3 * PIECE + 7).astype(dtype)
+    if clamp:
+        logprobs[PIECE + 3] = np.nan
+    doc = {"choices": [{"logprobs": logprobs, "token_ids": [1, 2]}]}
+    chunks = list(r3wire.iter_dumps(doc, clamp_logprobs=clamp))
+    body = r3wire.dumps(doc, clamp_logprobs=clamp)
+    assert b"".join(chunks) == body
+    assert len(chunks) > 3
+    assert max(map(len, chunks)) <= _CHUNK_BYTES * 4 // 3
+    expected = r3wire.encode_logprobs(logprobs, clamp=clamp)
+    assert body == orjson.dumps({"choices": [{"logprobs": expected, "token_ids": [1, 2]}]})
+    # As much memory as the same array under a plain key, plus the clamped or byte-swapped values (once) and the
+    # finiteness mask.
+    plain = _peak(lambda: r3wire.dumps({"choices": [{"values": logprobs, "token_ids": [1, 2]}]}))
+    copies = 1 if clamp or dtype[0] == ">" else 0
+    assert _peak(lambda: r3wire.dumps(doc, clamp_logprobs=clamp)) < plain + logprobs.nbytes * copies + logprobs.size
+    if not clamp:
+        logprobs[-1] = np.inf
+        with pytest.raises(EncodeError) as info:
+            list(r3wire.iter_dumps(doc))
+        assert info.value.field == f"$.choices[0].logprobs[{logprobs.size - 1}]"
+
+
+def _peak(call: Any) -> int:
+    tracemalloc.start()
+    try:
+        call()
+        return int(tracemalloc.get_traced_memory()[1])
+    finally:
+        tracemalloc.stop()

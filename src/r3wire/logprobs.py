@@ -311,17 +311,39 @@ def encode_logprobs(
         if num_clamped:
             _warn_clamped(num_clamped, array.size, floor, request_id)
     else:
-        bad = _first_non_finite(array)
-        if bad is not None:
-            index, value = bad
-            shown = _show_bad(values, array, index, value)
-            raise EncodeError.make(
-                f"logprobs{index}",
-                "a finite logprob (pass clamp=True, or call clamp_logprobs first, to replace it with the floor)",
-                shown,
-                raw=True,
-            )
+        _check_finite(values, array)
     return build_envelope(to_wire_bytes(array, name), name, LOGPROBS_SCHEMA)
+
+
+def logprobs_wire(values: object) -> tuple[np.ndarray[Any, Any], str]:
+    """Check logprobs as :func:`encode_logprobs` does without ``clamp``; return the wire array and its dtype name
+    (what the envelope's base64 encodes), for a writer that encodes the bytes itself.
+
+    Raises:
+        EncodeError: as :func:`encode_logprobs`.
+    """
+    array, _ = as_float_array(values, field="logprobs", half=False)
+    name = wire_dtype_name(array.dtype, field="logprobs", allowed=LOGPROB_DTYPES)
+    _check_finite(values, array)
+    return to_wire_bytes(array, name), name
+
+
+def _check_finite(values: object, array: np.ndarray[Any, Any]) -> None:
+    """Refuse a non-finite value of ``array`` (``values`` as converted), naming the first as the caller gave it.
+
+    Raises:
+        EncodeError: at ``logprobs[i, ...]``.
+    """
+    bad = _first_non_finite(array)
+    if bad is not None:
+        index, value = bad
+        shown = _show_bad(values, array, index, value)
+        raise EncodeError.make(
+            f"logprobs{index}",
+            "a finite logprob (pass clamp=True, or call clamp_logprobs first, to replace it with the floor)",
+            shown,
+            raw=True,
+        )
 
 
 def decode_logprobs(
