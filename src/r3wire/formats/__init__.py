@@ -70,10 +70,9 @@ from r3wire.formats._npy import NPY_MAGIC, NPY_MAGIC_B64, read_vllm_npy, write_v
 from r3wire.formats._response import (
     KEY_ROUTED_EXPERTS,
     KEY_ROUTED_EXPERTS_DTYPE,
+    beside_routes,
     find_routes,
-    logprobs_near,
     relocated,
-    token_ids_near,
 )
 from r3wire.formats._sglang import SGLANG_DTYPES, read_sglang, write_sglang
 from r3wire.response import _as_text, _path
@@ -589,12 +588,12 @@ def read_response(
             if found.key == KEY_ROUTED_EXPERTS and field.startswith(KEY_ROUTED_EXPERTS):
                 parts = parts[:-1]
             raise relocated(exc, parts) from exc
-        clamped = logprobs_near(found, max_elements=limit)
+        token_ids, clamped = beside_routes(found, max_elements=limit)
         results.append(
             dataclasses.replace(
                 result,
                 path=_path(found.parts),
-                token_ids=token_ids_near(found, max_elements=limit),
+                token_ids=token_ids,
                 logprobs=None if clamped is None else clamped.values,
                 num_clamped=0 if clamped is None else clamped.num_clamped,
             )
