@@ -531,13 +531,15 @@ def read_response(
     Returns:
         One :class:`ReadResult` per routes field, with ``path`` (``$.choices[1].routed_experts``) and, where the
         choice carries them beside the routes, ``token_ids`` (vLLM ``token_ids``, SGLang ``output_ids``) and the
-        sampled ``logprobs`` clamped to :data:`r3wire.LOGPROB_FLOOR` with ``num_clamped``. ``[]`` when the body
-        has no routes.
+        sampled ``logprobs`` clamped to :data:`r3wire.LOGPROB_FLOOR` with ``num_clamped``; when both are there,
+        one logprob per token id (an echo's prompt logprobs left out). ``[]`` when the body has no routes.
 
     Raises:
         DecodeError: the body is neither JSON text nor a parsed object or array (field ``$``, naming its type),
             the text is not JSON or holds a JSON scalar, or a routes field, its token ids or its logprobs are
-            malformed; the field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``).
+            malformed, or the logprobs are not one per token id (or an SGLang entry names another token id); the
+            field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``,
+            ``$.choices[0].logprobs.content``).
         R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path).
         ImportError: Fireworks routes without the ``zstd`` extra.
     """

@@ -129,7 +129,7 @@ def beside_routes(
 ) -> tuple[np.ndarray[Any, Any] | None, ClampResult | None]:
     """The token ids and sampled logprobs beside ``found`` (each from the nearest object that has them), aligned.
 
-    Token ids are read as int64; logprobs as in :func:`_logprobs`, clamped. When both are there, the logprobs must
+    Token ids are read as int64; logprobs as in :func:`_read_logprobs`, clamped. When both are there, the logprobs must
     be one per token id: a shorter or longer list would put every logprob on the wrong token of a trainer's
     batch. The one shape that legitimately holds more is an echo (vLLM completions with ``echo``): its logprobs
     cover ``prompt_token_ids`` (beside the token ids) and then the token ids, and only the token ids' own, the
