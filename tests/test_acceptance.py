@@ -469,7 +469,7 @@ def _bodies() -> dict[str, tuple[dict[str, Any], dict[str, int], str]]:
         "fireworks-trace": ({"id": "t", "payloads": {"router_replay": trace}}, shape, "$.payloads.router_replay"),
         "r3wire-dumps": (
             orjson.loads(
-                dumps({"choices": [{"token_ids": np.array([9, 8, 7]), "routed_experts": R, "logprobs": [-0.5]}]})
+                dumps({"choices": [{"token_ids": np.array([9, 8, 7]), "routed_experts": R, "logprobs": [-0.5] * 3}]})
             ),
             {},
             "$.choices[0].routed_experts",

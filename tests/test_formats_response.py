@@ -22,6 +22,13 @@ from r3wire.formats import MISSING_ROUTE, read, read_response, write
 
 VECTORS = Path(__file__).parent / "vectors"
 ENGINES: list[dict[str, Any]] = json.loads((VECTORS / "response-engines-v1.json").read_text(encoding="utf-8"))["cases"]
+# Token ids and logprobs that must agree (formats.md, "Beside the routes"): cases with results read to them, cases
+# with verdict "reject" raise DecodeError naming their field.
+ALIGNMENT: list[dict[str, Any]] = json.loads((VECTORS / "response-alignment-v1.json").read_text(encoding="utf-8"))[
+    "cases"
+]
+READS = ENGINES + [c for c in ALIGNMENT if c.get("verdict") != "reject"]
+REJECTS = [c for c in ALIGNMENT if c.get("verdict") == "reject"]
 
 
 def _needs_zstd(case: dict[str, Any]) -> None:
@@ -29,7 +36,7 @@ def _needs_zstd(case: dict[str, Any]) -> None:
         pytest.importorskip("zstandard")
 
 
-@pytest.mark.parametrize("case", ENGINES, ids=[c["name"] for c in ENGINES])
+@pytest.mark.parametrize("case", READS, ids=[c["name"] for c in READS])
 @pytest.mark.parametrize("as_text", [False, True])
 def test_engine_body_reads_to_its_results(case: dict[str, Any], as_text: bool) -> None:
     _needs_zstd(case)
@@ -48,6 +55,100 @@ def test_engine_body_reads_to_its_results(case: dict[str, Any], as_text: bool) -
         assert (None if result.token_ids is None else result.token_ids.tolist()) == want["token_ids"]
         assert (None if result.logprobs is None else result.logprobs.tolist()) == want["logprobs"]
         assert result.num_clamped == want["num_clamped"]
+
+
+@pytest.mark.parametrize("case", REJECTS, ids=[c["name"] for c in REJECTS])
+@pytest.mark.parametrize("as_text", [False, True])
+def test_misaligned_logprobs_are_refused_at_their_path(case: dict[str, Any], as_text: bool) -> None:
+    body = orjson.dumps(case["body"]) if as_text else case["body"]
+    with pytest.raises(DecodeError) as info:
+        read_response(body, **case["read_args"])
+    assert info.value.field == case["field"]
+    assert str(info.value) == case["error"]
+
+
+_NPY = ENGINES[0]["body"]["choices"][0]["routed_experts"]
+
+
+@pytest.mark.parametrize(
+    ("holder", "path"),
+    [((), "routed_experts"), (("message",), "message.routed_experts"), (("sgl_ext",), "sgl_ext.routed_experts")],
+)
+def test_logprobs_one_per_token_id_wherever_the_routes_are(holder: tuple[str, ...], path: str) -> None:
+    routes: dict[str, Any] = {"routed_experts": _NPY}
+    for key in reversed(holder):
+        routes = {key: routes}
+    content = {"content": [{"logprob": -0.5}, {"logprob": -1.0}]}
+    (ok,) = read_response({"choices": [{"token_ids": [7, 8], "logprobs": content, **routes}]})
+    assert ok.path == f"$.choices[0].{path}"
+    assert ok.token_ids is not None
+    assert ok.logprobs is not None
+    assert (ok.token_ids.tolist(), ok.logprobs.tolist()) == ([7, 8], [-0.5, -1.0])
+    with pytest.raises(DecodeError) as info:
+        read_response({"choices": [{"token_ids": [7, 8, 9], "logprobs": content, **routes}]})
+    assert info.value.field == "$.choices[0].logprobs.content"
+    assert info.value.expected == "one logprob per token id (3 at $.choices[0].token_ids)"
+    assert info.value.got == "2 logprobs"
+
+
+def test_dumps_logprobs_envelope_one_per_token_id() -> None:
+    routes = np.zeros((2, 2, 2), dtype=np.uint8)
+    ids = np.array([4, 5])
+    ok = r3wire.dumps({"choices": [{"token_ids": ids, "routed_experts": routes, "logprobs": [-0.5, -1.0]}]})
+    (result,) = read_response(ok)
+    assert result.logprobs is not None
+    assert result.logprobs.tolist() == [-0.5, -1.0]
+    short = r3wire.dumps({"choices": [{"token_ids": ids, "routed_experts": routes, "logprobs": [-0.5]}]})
+    with pytest.raises(DecodeError) as info:
+        read_response(short)
+    assert info.value.field == "$.choices[0].logprobs"
+    assert info.value.got == "1 logprob"
+
+
+def test_an_echo_returns_the_sampled_logprobs_and_counts_only_their_clamps() -> None:
+    # vLLM completions, echo=true: token_logprobs cover prompt_token_ids, then token_ids (the first is null).
+    logprobs = {"token_logprobs": [None, float("nan"), -1.0, None, -2.0]}
+    choice = {"prompt_token_ids": [1, 2, 3], "token_ids": [4, 5], "logprobs": logprobs, "routed_experts": _NPY}
+    (result,) = read_response({"choices": [choice]})
+    assert result.logprobs is not None
+    assert result.logprobs.tolist() == [-9999.0, -2.0]
+    assert result.num_clamped == 1
+    # Neither one per token id nor one per prompt and generated token: refused, naming both counts.
+    choice["token_ids"] = [4]
+    with pytest.raises(DecodeError) as info:
+        read_response({"choices": [choice]})
+    assert str(info.value) == (
+        "$.choices[0].logprobs.token_logprobs must be one logprob per token id (1 at $.choices[0].token_ids, "
+        "or 3 + 1 with the echoed prompt_token_ids), got 5 logprobs"
+    )
+    # A malformed prompt_token_ids beside a mismatch is itself the error, at its path.
+    choice["prompt_token_ids"] = [1, -2]
+    with pytest.raises(DecodeError) as bad:
+        read_response({"choices": [choice]})
+    assert bad.value.field == "$.choices[0].prompt_token_ids[1]"
+
+
+def test_sglang_entries_name_the_token_id_they_pair_with() -> None:
+    routes = write(np.zeros((2, 2, 2), dtype=np.int32), "sglang")
+
+    def body(entries: list[Any]) -> dict[str, Any]:
+        return {"output_ids": [7, 8], "meta_info": {"output_token_logprobs": entries, "routed_experts": routes}}
+
+    (ok,) = read_response(body([[-0.5, 7, "a"], [-0.75, 8, "b"]]), num_layers=2, top_k=2)
+    assert ok.logprobs is not None
+    assert ok.logprobs.tolist() == [-0.5, -0.75]
+    for bad_id in (9, True, 8.0, [8], None):
+        entries = [[-0.5, 7, None], [-0.75, bad_id, None]]
+        if bad_id is None:  # no token id: nothing to compare, still read
+            assert read_response(body(entries), num_layers=2, top_k=2)[0].logprobs is not None
+            continue
+        with pytest.raises(DecodeError) as info:
+            read_response(body(entries), num_layers=2, top_k=2)
+        assert info.value.field == "$.meta_info.output_token_logprobs[1][1]"
+        assert info.value.expected == "the token id at $.output_ids[1] (8)"
+    # Without token ids beside them, the entries' ids have nothing to agree with.
+    alone = {"meta_info": {"output_token_logprobs": [[-0.5, 99, None]], "routed_experts": routes}}
+    assert read_response(alone, num_layers=2, top_k=2)[0].token_ids is None
 
 
 def _vllm_body(routes: Any) -> dict[str, Any]:

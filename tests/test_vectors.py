@@ -154,6 +154,7 @@ KNOWN_VECTOR_FILES = [
     "frame-v1.json",
     "hostile-v1.json",
     "logprobs-v1.json",
+    "response-alignment-v1.json",
     "response-engines-v1.json",
     "routes-v1-packed.json",
     "routes-v1.json",

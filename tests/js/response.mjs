@@ -1,5 +1,5 @@
 // Whole engine responses: the routes fields of a response body, each read in the format its value is in, with
-// the token ids and logprobs beside it. Written from docs/formats.md ("Whole responses", "Detection") alone.
+// the token ids and logprobs beside it (one logprob per token id). Written from docs/formats.md ("Whole responses", "Detection") alone.
 //
 //   readResponse(body, {numLayers, topK, numExperts, maxElements})
 //     -> [{path, format, dtype, shape, values, start, mask, numExperts, tokenIds, logprobs, numClamped}]
@@ -100,7 +100,10 @@ function tokenIds(value) {
   });
 }
 
-/** Sampled logprobs in any of the shapes formats.md lists, clamped (missing, NaN, ±inf -> -9999.0). */
+/**
+ * Sampled logprobs in any of the shapes formats.md lists, clamped (missing, NaN, ±inf -> -9999.0): the values,
+ * which of them were clamped, and the key of the list read inside the value (".content", ".token_logprobs" or "").
+ */
 function logprobs(key, value) {
   let raw;
   let prefix = "";
@@ -129,22 +132,60 @@ function logprobs(key, value) {
   } else {
     reject(null, "logprobs in a known shape", value);
   }
-  let clamped = 0;
+  const missing = [];
   const values = raw.map((x, i) => {
     const v = number(x);
+    missing.push(!(typeof v === "number" && Number.isFinite(v)));
     if (typeof v === "number" && Number.isFinite(v)) return v;
     if (v !== null && typeof v !== "number") reject(`${prefix.slice(1)}[${i}]`.replace(/^\[/, "["), "a number or null", x);
-    clamped++;
     return LOGPROB_FLOOR;
   });
-  return { values, clamped };
+  return { values, missing, prefix };
+}
+
+/**
+ * formats.md, "Beside the routes": one logprob per token id. An echo (vLLM completions) holds the logprobs of the
+ * prompt_token_ids beside the token ids first: those are left out. SGLang's [logprob, token_id, text] entries
+ * must name the token id they pair with, where they name one. Returns {values, clamped}.
+ */
+function aligned(ids, idsRaw, lp, sampled) {
+  const count = ids.length;
+  const total = sampled.values.length;
+  const where = `${lp[2]}${sampled.prefix}`;
+  let skip = 0;
+  if (total !== count) {
+    const holder = idsRaw[3];
+    const promptPath = idsRaw[2].slice(0, idsRaw[2].lastIndexOf(".")) + ".prompt_token_ids";
+    const prompt = Object.hasOwn(holder, "prompt_token_ids") && holder.prompt_token_ids !== null
+      ? at(promptPath, () => tokenIds(holder.prompt_token_ids))
+      : null;
+    if (prompt === null || total !== prompt.length + count) {
+      const echo = prompt === null ? "" : `, or ${prompt.length} + ${count} with the echoed prompt_token_ids`;
+      throw new DecodeError(where, `one logprob per token id (${count} at ${idsRaw[2]}${echo})`, `${total} logprobs`);
+    }
+    skip = prompt.length;
+  }
+  if (lp[0] === "output_token_logprobs") {
+    for (let i = 0; i < count; i++) {
+      const entry = lp[1][skip + i];
+      if (entry.length < 2 || entry[1] === null) continue;
+      const given = entry[1];
+      const want = idsRaw[1][i].toBigInt();
+      if (!(given instanceof JsonNumber && given.isInteger() && given.toBigInt() === want)) {
+        throw new DecodeError(`${where}[${skip + i}][1]`, `the token id at ${idsRaw[2]}[${i}] (${want})`, String(given));
+      }
+    }
+  }
+  return { values: sampled.values.slice(skip), clamped: sampled.missing.slice(skip).filter(Boolean).length };
 }
 
 /** The first of `keys` (non-null) in the objects of `chain`, nearest first: [key, value, path of the object]. */
 function beside(chain, paths, keys) {
   for (let i = chain.length - 1; i >= 0; i--) {
     for (const key of keys) {
-      if (Object.hasOwn(chain[i], key) && chain[i][key] !== null) return [key, chain[i][key], `${paths[i]}.${key}`];
+      if (Object.hasOwn(chain[i], key) && chain[i][key] !== null) {
+        return [key, chain[i][key], `${paths[i]}.${key}`, chain[i]];
+      }
     }
   }
   return null;
@@ -170,12 +211,19 @@ export function readResponse(input, options = {}) {
     const result = at(base, () => reader(value, options));
     const ids = beside(chain, paths, TOKEN_KEYS);
     const lp = beside(chain, paths, LOGPROB_KEYS);
-    const sampled = lp === null ? null : at(lp[2], () => logprobs(lp[0], lp[1]));
+    const tokens = ids === null ? null : at(ids[2], () => tokenIds(ids[1]));
+    const read = lp === null ? null : at(lp[2], () => logprobs(lp[0], lp[1]));
+    const sampled =
+      read === null
+        ? null
+        : tokens === null
+          ? { values: read.values, clamped: read.missing.filter(Boolean).length }
+          : aligned(tokens, ids, lp, read);
     results.push({
       ...result,
       path,
       format,
-      tokenIds: ids === null ? null : at(ids[2], () => tokenIds(ids[1])),
+      tokenIds: tokens,
       logprobs: sampled === null ? null : sampled.values,
       numClamped: sampled === null ? 0 : sampled.clamped,
     });

@@ -173,7 +173,10 @@ const KINDS = {
   },
 };
 
-/** A whole-response case (response-engines-v1.json): every routes field, in order, with what is beside it. */
+/**
+ * A whole-response case (response-engines-v1.json, response-alignment-v1.json): every routes field, in order,
+ * with what is beside it; or, with verdict "reject", the field the DecodeError names.
+ */
 function runResponseCase(c) {
   const options = {};
   for (const [key, value] of Object.entries(c.read_args ?? {})) {
@@ -185,8 +188,13 @@ function runResponseCase(c) {
     results = readResponse(c.body, options);
   } catch (error) {
     if (error instanceof NeedsZstd) return `skipped: ${error.message} (no zstd in Node without a package)`;
-    throw error;
+    if (!(error instanceof DecodeError)) throw new Error(`foreign exception ${error.stack}`);
+    // A case with verdict "reject" (response-alignment-v1.json) must be refused naming its field.
+    check(c.verdict === "reject", `rejected: ${error.message}`);
+    check(error.field === c.field, `rejected naming ${JSON.stringify(error.field)}, expected ${JSON.stringify(c.field)}: ${error.message}`);
+    return "passed";
   }
+  check(c.verdict !== "reject", `read, expected a rejection naming ${JSON.stringify(c.field)}`);
   const expected = c.results ?? [];
   check(results.length === expected.length, `${results.length} routes fields, expected ${expected.length}`);
   const list = (x) => (x === null || x === undefined ? null : JSON.stringify(x.map(num)));

@@ -370,6 +370,8 @@ def test_read_response_gives_results_or_decode_error(body: Any) -> None:
             assert result.path is not None
             assert result.path.startswith("$")
             assert result.routes.ndim == 3
+            if result.token_ids is not None and result.logprobs is not None:
+                assert result.logprobs.size == result.token_ids.size  # one logprob per token id, or DecodeError
     if not isinstance(body, (dict, list, str)):
         # A scalar is no response: refused, never [] (which reads as "no routes").
         assert results is None
@@ -383,6 +385,67 @@ def test_read_response_gives_results_or_decode_error(body: Any) -> None:
         # Every bytes-like object loads accepts is the same text.
         for buffer in (np.frombuffer(text, dtype=np.uint8), array.array("B", text), memoryview(text)):
             assert _paths(decoded_or_none(partial(read_response, buffer, **SHAPE))) == _paths(text_results)
+
+
+LOGPROB_SHAPES = ["content", "token_logprobs", "list", "sglang"]
+
+
+@given(
+    data=st.data(),
+    shape=st.sampled_from(LOGPROB_SHAPES),
+    holder=st.sampled_from([(), ("message",), ("sgl_ext",)]),
+    token_ids=st.lists(st.integers(0, 2**40), max_size=5),
+    prompt=st.one_of(st.none(), st.lists(st.integers(0, 2**40), max_size=3)),
+)
+def test_read_response_pairs_one_logprob_with_each_token_id(
+    data: st.DataObject, shape: str, holder: tuple[str, ...], token_ids: list[int], prompt: list[int] | None
+) -> None:
+    """Token ids and logprobs of any two lengths, in every shape: the result has one logprob per token id (an
+    echo's prompt logprobs left out) or the read is a DecodeError at the logprobs; SGLang entries naming another
+    token id are refused."""
+    echoed = (prompt or []) + token_ids
+    count = data.draw(
+        st.one_of(st.just(len(token_ids)), st.just(len(echoed)), st.integers(0, 7)), label="number of logprobs"
+    )
+    values = data.draw(st.lists(st.one_of(st.none(), st.floats(-50, 0)), min_size=count, max_size=count))
+    beside: dict[str, Any] = {"token_ids": token_ids}
+    if prompt is not None:
+        beside["prompt_token_ids"] = prompt
+    aligned = count == len(token_ids) or (prompt is not None and count == len(echoed))
+    skip = 0 if count == len(token_ids) else len(prompt or [])
+    if shape == "sglang":
+        entries: list[list[Any]] = []
+        for i, value in enumerate(values):
+            # The entry's own token id: none, the one it pairs with (when aligned), or any.
+            paired = (token_ids if count == len(token_ids) else echoed if count == len(echoed) else [])[i:][:1]
+            choices = [st.none(), st.integers(0, 2**40)] + [st.just(x) for x in paired for _ in range(3)]
+            token_id = data.draw(st.one_of(*choices), label=f"entry {i} token id")
+            entries.append([value] if token_id is None and data.draw(st.booleans()) else [value, token_id, None])
+            if i >= skip and token_id is not None and (i - skip >= len(token_ids) or token_id != token_ids[i - skip]):
+                aligned = False
+        beside = {"output_ids": token_ids} if prompt is None else {"output_ids": token_ids, "prompt_token_ids": prompt}
+        body: Any = {**beside, "meta_info": {"output_token_logprobs": entries, "routed_experts": _valid("sglang")}}
+        where = "$.meta_info.output_token_logprobs"
+    else:
+        lists = {"content": {"content": [{"logprob": x} for x in values]}, "token_logprobs": {"token_logprobs": values}}
+        logprobs = lists.get(shape, values)
+        routes: dict[str, Any] = {"routed_experts": _valid("vllm-npy")}
+        for key in reversed(holder):
+            routes = {key: routes}
+        body = {"choices": [{"index": 0, **beside, "logprobs": logprobs, **routes}]}
+        where = "$.choices[0].logprobs" + ("" if shape == "list" else f".{shape}")
+    if not aligned:
+        with pytest.raises(DecodeError) as info:
+            read_response(body, **SHAPE)
+        assert (info.value.field or "").startswith(where)
+        return
+    (result,) = read_response(body, **SHAPE)
+    assert result.token_ids is not None
+    assert result.logprobs is not None
+    assert result.token_ids.tolist() == token_ids
+    tail = values[skip:]
+    assert result.logprobs.tolist() == [-9999.0 if x is None else x for x in tail]
+    assert result.num_clamped == tail.count(None)
 
 
 def _peak_of(call: Any) -> tuple[int, Any]:

@@ -70,10 +70,9 @@ from r3wire.formats._npy import NPY_MAGIC, NPY_MAGIC_B64, read_vllm_npy, write_v
 from r3wire.formats._response import (
     KEY_ROUTED_EXPERTS,
     KEY_ROUTED_EXPERTS_DTYPE,
+    beside_routes,
     find_routes,
-    logprobs_near,
     relocated,
-    token_ids_near,
 )
 from r3wire.formats._sglang import SGLANG_DTYPES, read_sglang, write_sglang
 from r3wire.response import _as_text, _path
@@ -532,13 +531,15 @@ def read_response(
     Returns:
         One :class:`ReadResult` per routes field, with ``path`` (``$.choices[1].routed_experts``) and, where the
         choice carries them beside the routes, ``token_ids`` (vLLM ``token_ids``, SGLang ``output_ids``) and the
-        sampled ``logprobs`` clamped to :data:`r3wire.LOGPROB_FLOOR` with ``num_clamped``. ``[]`` when the body
-        has no routes.
+        sampled ``logprobs`` clamped to :data:`r3wire.LOGPROB_FLOOR` with ``num_clamped``; when both are there,
+        one logprob per token id (an echo's prompt logprobs left out). ``[]`` when the body has no routes.
 
     Raises:
         DecodeError: the body is neither JSON text nor a parsed object or array (field ``$``, naming its type),
             the text is not JSON or holds a JSON scalar, or a routes field, its token ids or its logprobs are
-            malformed; the field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``).
+            malformed, or the logprobs are not one per token id (or an SGLang entry names another token id); the
+            field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``,
+            ``$.choices[0].logprobs.content``).
         R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path).
         ImportError: Fireworks routes without the ``zstd`` extra.
     """
@@ -589,12 +590,12 @@ def read_response(
             if found.key == KEY_ROUTED_EXPERTS and field.startswith(KEY_ROUTED_EXPERTS):
                 parts = parts[:-1]
             raise relocated(exc, parts) from exc
-        clamped = logprobs_near(found, max_elements=limit)
+        token_ids, clamped = beside_routes(found, max_elements=limit)
         results.append(
             dataclasses.replace(
                 result,
                 path=_path(found.parts),
-                token_ids=token_ids_near(found, max_elements=limit),
+                token_ids=token_ids,
                 logprobs=None if clamped is None else clamped.values,
                 num_clamped=0 if clamped is None else clamped.num_clamped,
             )

@@ -2,8 +2,9 @@
 
 :func:`find_routes` walks a parsed body in document order and yields every routes field with its JSONPath and the
 objects around it (from the nearest enclosing list, i.e. the choice, down to the object holding the field);
-:func:`token_ids_near` and :func:`logprobs_near` read the choice's token ids and sampled logprobs from those
-objects, nearest first. :func:`r3wire.formats.read_response` reads each field with :func:`r3wire.formats.read`.
+:func:`beside_routes` reads the choice's token ids and sampled logprobs from those objects, nearest first, and
+holds them to one logprob per token id. :func:`r3wire.formats.read_response` reads each field with
+:func:`r3wire.formats.read`.
 
 The nesting each engine uses is listed, with sources, in ``docs/formats.md`` ("Whole responses").
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 
@@ -22,7 +23,7 @@ from r3wire.logprobs import ClampResult, clamp_logprobs, decode_logprobs, read_l
 from r3wire.response import _path, _relocate
 from r3wire.schema import ARRAY_SCHEMA, KEY_SCHEMA, LOGPROBS_SCHEMA, ROUTES_SCHEMA
 
-__all__ = ["ROUTES_FIELDS", "Found", "find_routes", "logprobs_near", "relocated", "token_ids_near"]
+__all__ = ["ROUTES_FIELDS", "Found", "beside_routes", "find_routes", "relocated"]
 
 KEY_ROUTED_EXPERTS: Final = "routed_experts"
 KEY_ROUTED_EXPERTS_DTYPE: Final = "routed_experts_dtype"
@@ -33,6 +34,7 @@ ROUTES_FIELDS: Final = (KEY_ROUTED_EXPERTS, KEY_ROUTER_REPLAY, KEY_ROUTING_MATRI
 nvext, payloads); r3wire.routes envelopes are found under any key."""
 # Nearest first within an object; vLLM and prime-rl say token_ids, SGLang output_ids.
 TOKEN_ID_KEYS: Final = ("token_ids", "output_ids")
+KEY_PROMPT_TOKEN_IDS: Final = "prompt_token_ids"  # vLLM completions with return_token_ids, beside token_ids
 KEY_LOGPROBS: Final = "logprobs"
 KEY_SGLANG_LOGPROBS: Final = "output_token_logprobs"  # SGLang meta_info: [[logprob, token_id, text], ...]
 KEY_TOKEN_LOGPROBS: Final = "token_logprobs"  # OpenAI completions: logprobs.token_logprobs
@@ -122,16 +124,76 @@ def relocated(error: R3WireError, where: Sequence[object] | str) -> R3WireError:
     return _relocate(error, path, prefix="" if index else None)
 
 
-def token_ids_near(found: Found, *, max_elements: int | None = None) -> np.ndarray[Any, Any] | None:
-    """The token ids in the nearest object around ``found`` that has them, as int64; None if none has.
+def beside_routes(
+    found: Found, *, max_elements: int | None = None
+) -> tuple[np.ndarray[Any, Any] | None, ClampResult | None]:
+    """The token ids and sampled logprobs beside ``found`` (each from the nearest object that has them), aligned.
+
+    Token ids are read as int64; logprobs as in :func:`_read_logprobs`, clamped. When both are there, the logprobs must
+    be one per token id: a shorter or longer list would put every logprob on the wrong token of a trainer's
+    batch. The one shape that legitimately holds more is an echo (vLLM completions with ``echo``): its logprobs
+    cover ``prompt_token_ids`` (beside the token ids) and then the token ids, and only the token ids' own, the
+    last ones, are returned. SGLang's ``[logprob, token_id, text]`` entries must name the token id they pair with.
 
     Raises:
-        DecodeError: the value is not a list of non-negative integers (or an r3wire.array of them), at its path.
+        DecodeError: a field is malformed, the logprobs are not one per token id, or an SGLang entry names another
+            token id; the field is the JSONPath of the logprobs (or of the entry's token id).
     """
+    ids = _near_token_ids(found, max_elements)
+    near = _near_logprobs(found, max_elements)
+    if ids is None or near is None:
+        return (None if ids is None else ids[0]), (None if near is None else near.result)
+    token_ids, ids_parts, holder = ids
+    count, total = len(token_ids), len(near.result.values)
+    result, skip = near.result, 0
+    if total != count:
+        prompt = holder.get(KEY_PROMPT_TOKEN_IDS)
+        prompt_ids = None
+        if prompt is not None:
+            prompt_ids = _token_ids(prompt, (*ids_parts[:-1], KEY_PROMPT_TOKEN_IDS), max_elements)
+        if prompt_ids is None or total != len(prompt_ids) + count:
+            expected = f"one logprob per token id ({count} at {_path(ids_parts)}"
+            if prompt_ids is not None:
+                expected += f", or {len(prompt_ids)} + {count} with the echoed prompt_token_ids"
+            got = f"{total} logprob{'' if total == 1 else 's'}"
+            raise DecodeError.make(_path(near.parts), expected + ")", got, raw=True)
+        # An echo: the prompt's logprobs first (vLLM completions, echo=true), then the token ids' own. Read again
+        # without the prompt's, so num_clamped counts only what is returned (the same value read whole above).
+        skip = len(prompt_ids)
+        reread = _read_logprobs(near.key, near.value, max_elements, skip=skip)
+        if reread is not None:
+            result = reread.result
+    if near.key == KEY_SGLANG_LOGPROBS:
+        _check_entry_ids(near.value, skip, token_ids, near.parts, ids_parts)
+    return token_ids, result
+
+
+def _check_entry_ids(
+    entries: Sequence[Any],
+    skip: int,
+    token_ids: np.ndarray[Any, Any],
+    parts: tuple[object, ...],
+    ids_parts: tuple[object, ...],
+) -> None:
+    """SGLang's entry ``skip + i`` is ``[logprob, token_id, text]``: its token id, when given, is ``token_ids[i]``."""
+    for i, token_id in enumerate(token_ids.tolist()):
+        entry = entries[skip + i]
+        if len(entry) < 2 or entry[1] is None:  # no token id: nothing to compare
+            continue
+        given = entry[1]
+        if type(given) is not int or given != token_id:
+            expected = f"the token id at {_path((*ids_parts, i))} ({token_id})"
+            raise DecodeError.make(_path((*parts, skip + i, 1)), expected, given)
+
+
+def _near_token_ids(
+    found: Found, max_elements: int | None
+) -> tuple[np.ndarray[Any, Any], tuple[object, ...], Mapping[str, Any]] | None:
+    """The nearest token ids around ``found``: the array, its path parts and the object holding it."""
     for obj, parts in reversed(found.context):
         for key in TOKEN_ID_KEYS:
             if key in obj and obj[key] is not None:
-                return _token_ids(obj[key], (*parts, key), max_elements)
+                return _token_ids(obj[key], (*parts, key), max_elements), (*parts, key), obj
     return None
 
 
@@ -160,12 +222,18 @@ def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | Non
     return np.array(value, dtype=np.int64)
 
 
-def logprobs_near(found: Found, *, max_elements: int | None = None) -> ClampResult | None:
-    """The sampled logprobs in the nearest object around ``found`` that has them, clamped; None if none has.
+@dataclass(frozen=True, slots=True)
+class _Near:
+    """Logprobs found beside routes: the clamped values, the raw value, its key and the path of the list read."""
 
-    Understood: ``logprobs.content[i].logprob`` (OpenAI chat, vLLM generate), ``logprobs.token_logprobs``
-    (OpenAI completions), ``output_token_logprobs[i][0]`` (SGLang ``meta_info``), a ``logprobs`` list of numbers
-    and nulls, and an ``r3wire.logprobs`` envelope (r3wire ``dumps`` bodies).
+    result: ClampResult
+    value: Any
+    key: str
+    parts: tuple[object, ...]
+
+
+def _near_logprobs(found: Found, max_elements: int | None) -> _Near | None:
+    """The sampled logprobs in the nearest object around ``found`` that has them; None if none has.
 
     Raises:
         DecodeError: such a field is malformed, at its path.
@@ -176,15 +244,24 @@ def logprobs_near(found: Found, *, max_elements: int | None = None) -> ClampResu
             if value is None:
                 continue
             try:
-                result = _logprobs(key, value, max_elements)
+                read = _read_logprobs(key, value, max_elements)
             except DecodeError as exc:
                 raise relocated(exc, (*parts, key)) from exc
-            if result is not None:
-                return result
+            if read is not None:
+                return _Near(read.result, value, key, (*parts, key, *read.inner))
     return None
 
 
-def _logprobs(key: str, value: object, max_elements: int | None) -> ClampResult | None:
+class _Read(NamedTuple):
+    result: ClampResult
+    inner: tuple[str, ...]  # the key of the list read inside the value: ("content",), ("token_logprobs",) or ()
+
+
+def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int = 0) -> _Read | None:
+    """Understood: ``logprobs.content[i].logprob`` (OpenAI chat, vLLM generate), ``logprobs.token_logprobs``
+    (OpenAI completions), ``output_token_logprobs[i][0]`` (SGLang ``meta_info``), a ``logprobs`` list of numbers
+    and nulls, and an ``r3wire.logprobs`` envelope (r3wire ``dumps`` bodies). The first ``skip`` are left out
+    before clamping (an echoed prompt's), so ``num_clamped`` counts only the values returned."""
     if key == KEY_SGLANG_LOGPROBS:
         if not isinstance(value, list):
             raise DecodeError.make(None, "a list of [logprob, token_id, ...] entries", type(value).__name__, raw=True)
@@ -193,20 +270,23 @@ def _logprobs(key: str, value: object, max_elements: int | None) -> ClampResult 
             if not isinstance(entry, list) or not entry:
                 raise DecodeError.make(f"[{i}]", "a [logprob, token_id, ...] list", entry)
             entries.append({"logprob": entry[0]})
-        return _content(entries)
+        return _Read(_content(entries[skip:]), ())
     if isinstance(value, list):
-        return _content([{"logprob": x} for x in value])
+        return _Read(_content([{"logprob": x} for x in value[skip:]]), ())
     if not isinstance(value, Mapping):
         raise DecodeError.make(None, "a logprobs object or list", type(value).__name__, raw=True)
     if value.get(KEY_SCHEMA) == LOGPROBS_SCHEMA.name:
-        return clamp_logprobs(decode_logprobs(value, max_elements=max_elements))
+        return _Read(clamp_logprobs(decode_logprobs(value, max_elements=max_elements)[skip:]), ())
     if value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # dumps before it wrote logprobs as r3wire.logprobs
         array = decode_array(value, max_elements=max_elements)
         if array.dtype.kind != "f":
             raise DecodeError.make(None, "a float array of logprobs", str(array.dtype), raw=True)
-        return clamp_logprobs(array)
+        return _Read(clamp_logprobs(array[skip:]), ())
     if KEY_CONTENT in value and value[KEY_CONTENT] is not None:
-        return read_logprobs_content(value)
+        content = value[KEY_CONTENT]
+        if skip and isinstance(content, (list, tuple)):
+            value = {KEY_CONTENT: content[skip:]}
+        return _Read(read_logprobs_content(value), (KEY_CONTENT,))
     token_logprobs = value.get(KEY_TOKEN_LOGPROBS)
     if token_logprobs is not None:
         if not isinstance(token_logprobs, list):
@@ -214,7 +294,7 @@ def _logprobs(key: str, value: object, max_elements: int | None) -> ClampResult 
                 KEY_TOKEN_LOGPROBS, "a list of numbers and nulls", type(token_logprobs).__name__, raw=True
             )
         try:
-            return _content([{"logprob": x} for x in token_logprobs])
+            return _Read(_content([{"logprob": x} for x in token_logprobs[skip:]]), (KEY_TOKEN_LOGPROBS,))
         except DecodeError as exc:
             raise relocated(exc, KEY_TOKEN_LOGPROBS) from exc
     return None
