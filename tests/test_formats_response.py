@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import array
 import base64
+import contextlib
 import io
 import json
 import mmap
 import struct
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 
 import r3wire
 from r3wire import DecodeError, R3WireError, UnsupportedVersionError
-from r3wire.formats import MISSING_ROUTE, read, read_response, write
+from r3wire.formats import MISSING_ROUTE, detect, read, read_response, write
 
 VECTORS = Path(__file__).parent / "vectors"
 ENGINES: list[dict[str, Any]] = json.loads((VECTORS / "response-engines-v1.json").read_text(encoding="utf-8"))["cases"]
@@ -472,3 +474,28 @@ def test_new_formats_read_their_json_text(name: str) -> None:
     for payload in (text, text.decode()):
         assert read(payload, name, num_layers=2, top_k=2).routes.tolist() == routes.tolist()
         assert read(payload, num_layers=2, top_k=2).format == name
+
+
+def test_a_deep_and_wide_body_costs_memory_linear_in_its_size() -> None:
+    # 1000 nested objects around 30,000 empty ones (93 KiB of JSON): the walk copied each container's path, and its
+    # context, per container: 241 MB (795 MB at 100,000), where loads takes 10 MB.
+    text = b'{"a":' * 1000 + b"[" + b",".join([b"{}"] * 30_000) + b"]" + b"}" * 1000
+    body = orjson.loads(text)
+    for call in (lambda: read_response(text), lambda: read_response(body), lambda: detect(body), lambda: read(body)):
+        tracemalloc.start()
+        try:
+            with contextlib.suppress(R3WireError):  # detect and read refuse a body that holds no routes
+                call()
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 40 * len(text) + (8 << 20)  # parsing is ~10 MiB of it; the walk adds little
+    # The paths returned and named are still written out in full.
+    deep = {"a": body["a"]}
+    node = deep
+    for _ in range(50):
+        node["b"] = {}
+        node = node["b"]
+    node["routed_experts"] = {"data": "AAE=", "shape": [1, 1, 2], "dtype": "uint8"}
+    (result,) = read_response(deep)
+    assert result.path == "$" + ".b" * 50 + ".routed_experts"

@@ -575,8 +575,12 @@ def read_response(
     for found in find_routes(body):
         if found.key == KEY_ROUTED_EXPERTS:
             # Keep routed_experts_dtype beside a bare SGLang string; any other value is read by itself.
-            holder = found.context[-1][0]
-            payload: object = {k: holder[k] for k in (KEY_ROUTED_EXPERTS, KEY_ROUTED_EXPERTS_DTYPE) if k in holder}
+            holder = found.holder  # the object whose member the routes key is
+            payload: object = (
+                found.value
+                if holder is None
+                else {k: holder[k] for k in (KEY_ROUTED_EXPERTS, KEY_ROUTED_EXPERTS_DTYPE) if k in holder}
+            )
         else:
             payload = found.value
         try:

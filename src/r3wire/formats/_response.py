@@ -64,7 +64,20 @@ _LONG_LIST: Final = 16
 _CONTAINERS: Final = frozenset({dict, list, tuple})
 
 
-_Context = tuple[tuple[Mapping[str, Any], tuple[object, ...]], ...]
+# A node's path as a link to its parent's: (parent link, key or index), None at the root. Every node holds one
+# link, never a copy of its parent's path; a copy per container made a deep body cost memory and time in the
+# square of its depth (298 KB of JSON took 795 MB). Paths are written out only for what is returned or named.
+_Link = tuple[Any, object] | None
+# The objects from the enclosing list item down to a node: (the enclosing one's context, the object, its path).
+_Context = tuple[Any, Mapping[str, Any], _Link] | None
+
+
+def _parts(link: _Link) -> tuple[object, ...]:
+    parts: list[object] = []
+    while link is not None:
+        link, part = link
+        parts.append(part)
+    return tuple(reversed(parts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +87,19 @@ class Found:
     value: Any
     parts: tuple[object, ...]
     key: str | None  # the routes key it was found under; None for an r3wire.routes envelope under another key
-    context: tuple[tuple[Mapping[str, Any], tuple[object, ...]], ...]  # (object, its path), outermost first
+    context: _Context  # the holder (the innermost object), then outward to the enclosing list item
+
+    @property
+    def holder(self) -> Mapping[str, Any] | None:
+        """The object holding the routes field (None for an envelope at the root or in a list)."""
+        return None if self.context is None else self.context[1]
+
+    def around(self) -> Iterator[tuple[Mapping[str, Any], _Link]]:
+        """The objects from the holder outward to the enclosing list item, each with its path as a link."""
+        context = self.context
+        while context is not None:
+            context, obj, link = context
+            yield obj, link
 
 
 def _is_routes_envelope(node: Mapping[str, Any]) -> bool:
@@ -86,31 +111,31 @@ def find_routes(root: object) -> Iterator[Found]:
     """Every routes field of ``root`` in document order (the routes values themselves are not entered)."""
     # An explicit stack (parsed bodies may nest deeper than the recursion limit), pushed in reverse so items come
     # off it in document order; a routes field is an item of its own so it keeps its place among its siblings.
-    stack: list[tuple[bool, Any, tuple[object, ...], str | None, _Context]] = [(False, root, (), None, ())]
+    stack: list[tuple[bool, Any, _Link, str | None, _Context]] = [(False, root, None, None, None)]
     while stack:
-        is_field, node, parts, key, context = stack.pop()
+        is_field, node, link, key, context = stack.pop()
         if is_field:
-            yield Found(node, parts, key, context)
+            yield Found(node, _parts(link), key, context)
             continue
         if isinstance(node, Mapping):
             if _is_routes_envelope(node):
-                yield Found(node, parts, None, context)
+                yield Found(node, _parts(link), None, context)
                 continue
-            inner = (*context, (node, parts))
-            children: list[tuple[bool, Any, tuple[object, ...], str | None, _Context]] = []
+            inner = (context, node, link)
+            children: list[tuple[bool, Any, _Link, str | None, _Context]] = []
             for child_key, item in node.items():
                 if child_key in ROUTES_FIELDS:
                     if item is not None:  # vLLM sends null when capture is off
-                        children.append((True, item, (*parts, child_key), child_key, inner))
+                        children.append((True, item, (link, child_key), child_key, inner))
                 elif isinstance(item, (Mapping, list, tuple)) and child_key not in _NO_ROUTES_KEYS:
-                    children.append((False, item, (*parts, child_key), None, inner))
+                    children.append((False, item, (link, child_key), None, inner))
             stack.extend(reversed(children))
         elif isinstance(node, (list, tuple)):  # an in-process document may build its arrays as tuples
             if len(node) >= _LONG_LIST and not _CONTAINERS.intersection(map(type, node)):
                 continue
             # A list starts a new context: one choice's token ids never belong to its sibling's routes.
             stack.extend(
-                (False, item, (*parts, i), None, ())
+                (False, item, (link, i), None, None)
                 for i, item in reversed(list(enumerate(node)))
                 if isinstance(item, (Mapping, list, tuple))
             )
@@ -190,10 +215,11 @@ def _near_token_ids(
     found: Found, max_elements: int | None
 ) -> tuple[np.ndarray[Any, Any], tuple[object, ...], Mapping[str, Any]] | None:
     """The nearest token ids around ``found``: the array, its path parts and the object holding it."""
-    for obj, parts in reversed(found.context):
+    for obj, link in found.around():
         for key in TOKEN_ID_KEYS:
             if key in obj and obj[key] is not None:
-                return _token_ids(obj[key], (*parts, key), max_elements), (*parts, key), obj
+                parts = (*_parts(link), key)
+                return _token_ids(obj[key], parts, max_elements), parts, obj
     return None
 
 
@@ -238,7 +264,7 @@ def _near_logprobs(found: Found, max_elements: int | None) -> _Near | None:
     Raises:
         DecodeError: such a field is malformed, at its path.
     """
-    for obj, parts in reversed(found.context):
+    for obj, link in found.around():
         for key in (KEY_LOGPROBS, KEY_SGLANG_LOGPROBS):
             value = obj.get(key)
             if value is None:
@@ -246,9 +272,9 @@ def _near_logprobs(found: Found, max_elements: int | None) -> _Near | None:
             try:
                 read = _read_logprobs(key, value, max_elements)
             except DecodeError as exc:
-                raise relocated(exc, (*parts, key)) from exc
+                raise relocated(exc, (*_parts(link), key)) from exc
             if read is not None:
-                return _Near(read.result, value, key, (*parts, key, *read.inner))
+                return _Near(read.result, value, key, (*_parts(link), key, *read.inner))
     return None
 
 
