@@ -125,6 +125,16 @@ def test_options_pass_to_orjson() -> None:
     assert np.array_equal(r3wire.loads(text)["a"], HUGE)
 
 
+@pytest.mark.parametrize("bad", [2.5, "1", -1, True, 1 << 40, np.int64(1)])
+def test_a_bad_option_is_the_callers_error(bad: Any) -> None:
+    # orjson raised TypeError for some, and "$ must be JSON-serializable, got Invalid opts" for others.
+    for call in (r3wire.dumps, r3wire.iter_dumps):
+        with pytest.raises(R3WireError) as info:
+            call({"a": 1}, option=bad)
+        assert type(info.value) is R3WireError
+        assert info.value.field == "option"
+
+
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf"), np.float32("nan"), np.float64("-inf")])
 def test_non_finite_floats_are_refused_not_nulled(bad: Any) -> None:
     doc = {"choices": [{"logprobs": [0.0, bad]}]}

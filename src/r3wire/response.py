@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import io
 import json
 import logging
 import math
+import operator
 import os
 import re
 import sys
@@ -84,6 +86,10 @@ _DATA_KEY: Final = b'"data":"'
 _BACKSLASH: Final = 0x5C
 
 _SCHEMAS: Final = frozenset({ROUTES_SCHEMA.name, ARRAY_SCHEMA.name, LOGPROBS_SCHEMA.name})
+# Every flag this orjson knows: dumps passes its option on, so it must be made of these.
+_ORJSON_OPTIONS: Final[int] = functools.reduce(
+    operator.or_, (getattr(orjson, name) for name in dir(orjson) if name.startswith("OPT_")), 0
+)
 # Every member name an envelope may have: duplicates of these are counted in the raw text (see _Duplicates).
 _ENVELOPE_KEYS: Final = frozenset({KEY_DATA, KEY_SHAPE, KEY_DTYPE, KEY_SCHEMA, KEY_VERSION, KEY_NUM_EXPERTS, KEY_BITS})
 
@@ -567,6 +573,9 @@ def _options(
         raise R3WireError.make("clamp_logprobs", "a bool", clamp_logprobs)
     if request_id is not None and not isinstance(request_id, str):
         raise R3WireError.make("request_id", "a string or None", request_id)
+    if option is not None and (type(option) is not int or option < 0 or option & ~_ORJSON_OPTIONS):
+        # orjson's own refusal (a TypeError, or "Invalid opts" named as a fault of the document) is no help here.
+        raise R3WireError.make("option", "None or orjson options (an int of orjson.OPT_* flags)", option)
     routes = _key_set(routes_keys, "routes_keys")
     logprobs = _key_set(logprobs_keys, "logprobs_keys")
     if routes & logprobs:
@@ -696,7 +705,8 @@ def dumps(
             logprob without ``clamp_logprobs``, more than 32 dimensions), a float is NaN or infinite (orjson would
             silently write ``null``), an object spells an r3wire schema name, or a value is not
             JSON-serializable. The field is a path such as ``$.choices[0].routed_experts[5, 2, 0]``.
-        R3WireError: an option is invalid (``routes_keys`` and ``logprobs_keys`` must not share a key).
+        R3WireError: an option is invalid (``routes_keys`` and ``logprobs_keys`` must not share a key; ``option``
+            must be made of ``orjson.OPT_*`` flags).
     """
     opts = _options(
         num_experts=num_experts,
