@@ -550,3 +550,14 @@ def test_formats_is_a_lazy_submodule_that_imports_no_optional_dependency() -> No
     subprocess.run([sys.executable, "-c", code], check=True)
     assert r3wire.formats is formats
     assert isinstance(read(write(_routes(), "r3wire")), ReadResult)
+
+
+def test_an_unknown_format_name_is_named_with_what_each_function_takes() -> None:
+    routes = np.zeros((1, 1, 2), dtype=np.uint8)
+    with pytest.raises(R3WireError) as info:
+        write(routes, "auto")
+    assert info.value.field == "format"
+    assert "'auto'" not in (info.value.expected or "")  # a writer takes no 'auto'
+    with pytest.raises(R3WireError) as info:
+        read({"data": "AAE=", "shape": [1, 1, 2], "dtype": "uint8"}, "nope")
+    assert (info.value.expected or "").startswith("'auto' or one of")

@@ -205,10 +205,12 @@ _FIREWORKS: Final = ("fireworks-r3v1", "fireworks-trace", "fireworks-matrices")
 _INT64_MAX: Final = (1 << 63) - 1
 
 
-def _format_name(name: object) -> str:
+def _format_name(name: object, *, auto: bool = True) -> str:
+    """A format name (``auto``: the caller also takes ``'auto'``, checked by the caller before this)."""
     plain = plain_str(name)  # a str subclass by its characters: its own __eq__ or __hash__ could match any name
     if not isinstance(plain, str) or plain not in FORMATS:
-        raise R3WireError.make("format", f"'auto' or one of {list(FORMATS)}", name)
+        expected = f"'auto' or one of {list(FORMATS)}" if auto else f"one of {list(FORMATS)} (a writer needs a format)"
+        raise R3WireError.make("format", expected, name)
     return plain
 
 
@@ -707,7 +709,7 @@ def write(
         R3WireError: an unknown format, or ``pack_bits`` not a bool.
         ImportError: fireworks-r3v1 and fireworks-trace without the ``zstd`` extra.
     """
-    name = _format_name(format)
+    name = _format_name(format, auto=False)
     if pack_bits is not None and not isinstance(pack_bits, (bool, np.bool_)):
         raise R3WireError.make("pack_bits", "a bool or None", pack_bits)
     if isinstance(routes, ReadResult):
