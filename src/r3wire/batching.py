@@ -449,7 +449,7 @@ def pad_routes(
         ``(padded, mask)``: ``padded`` ``[batch, max_len, layers, top_k]`` of the batch dtype (``num_experts``'s
         route dtype, else the smallest dtype holding every sample's dtype; uint8 for an empty batch), and
         ``mask``, bool ``[batch, max_len]``, ``True`` = do not replay (padding or uncaptured). An empty batch
-        gives shape ``[0, max_len or 0, 0, 0]``.
+        gives shape ``[0, max_len or 0, 0, 0]`` (with ``token_lengths=[]`` under left padding, as any batch).
 
     Raises:
         R3WireError: a sample is not a 3-d integer array, its shape is out of bounds, samples disagree on
