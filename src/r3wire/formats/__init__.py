@@ -542,7 +542,8 @@ def read_response(
             malformed, or the logprobs are not one per token id (or an SGLang entry names another token id); the
             field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``,
             ``$.choices[0].logprobs.content``).
-        R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path).
+        R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path;
+            ``DecodeError`` for a bare SGLang string, which without a shape cannot be told from a malformed value).
         ImportError: Fireworks routes without the ``zstd`` extra.
     """
     limit = optional_max_elements(max_elements)
