@@ -409,7 +409,7 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode()
 
 
-def _bodies() -> dict[str, tuple[dict[str, Any], dict[str, int], str]]:
+def _bodies() -> dict[str, tuple[dict[str, Any], dict[str, Any], str]]:
     """engine → (body, read args, path of its routes)."""
     skyrl = {"data": _b64(R.tobytes()), "shape": [3, 2, 2], "dtype": "uint8"}
     nemo = f"nrlre1:int8:3x2x2:{_b64(R.astype(np.int8).tobytes())}"
@@ -523,7 +523,7 @@ def test_read_response_order_empty_and_malformed() -> None:
 # issue 12.1: a bad argument is refused as the caller's (no JSONPath), whether or not the body has routes
 @pytest.mark.parametrize("kwargs", [{"num_layers": 0, "top_k": 2}, {"top_k": -1}, {"num_experts": 0}])
 @pytest.mark.parametrize("body", [{"id": 1}, {"choices": [{"routed_experts": "AAAAAA=="}]}], ids=["none", "sglang"])
-def test_read_response_checks_its_arguments_first(body: dict[str, Any], kwargs: dict[str, int]) -> None:
+def test_read_response_checks_its_arguments_first(body: dict[str, Any], kwargs: dict[str, Any]) -> None:
     with pytest.raises(R3WireError) as info:
         fmt.read_response(body, **kwargs)
     assert not isinstance(info.value, DecodeError)

@@ -499,3 +499,30 @@ def test_a_deep_and_wide_body_costs_memory_linear_in_its_size() -> None:
     node["routed_experts"] = {"data": "AAE=", "shape": [1, 1, 2], "dtype": "uint8"}
     (result,) = read_response(deep)
     assert result.path == "$" + ".b" * 50 + ".routed_experts"
+
+
+def test_dtype_reads_sglang_strings_that_do_not_carry_it() -> None:
+    # SGLang's OpenAI endpoints (sgl_ext) and dynamo (nvext) do not forward routed_experts_dtype: a uint8 server's
+    # string read as int32 gave ids like 252446213, and the body could not be read whole at all.
+    ids = np.arange(16, dtype=np.uint8).reshape(2, 4, 2)
+    text = base64.b64encode(ids.tobytes()).decode()
+    skyrl = write(ids, "skyrl")
+    body = {"choices": [{"sgl_ext": {"routed_experts": text}}, {"routed_experts": skyrl}], "nvext": {}}
+    first, second = read_response(body, num_layers=4, top_k=2, dtype="uint8")
+    assert first.format == "sglang"
+    assert first.routes.dtype == np.uint8
+    assert np.array_equal(first.routes, ids)
+    assert second.format == "skyrl"  # carries its own dtype: dtype= is for SGLang strings only
+    assert np.array_equal(second.routes, ids)
+    (as_int32,) = read_response({"nvext": {"routed_experts": text}}, num_layers=4, top_k=1)  # SGLang's int32
+    assert as_int32.routes.dtype == np.int32
+    # A body that says its dtype must agree with the caller's.
+    said = {"meta_info": {"routed_experts": text, "routed_experts_dtype": "uint16"}}
+    with pytest.raises(DecodeError) as contradicted:
+        read_response(said, num_layers=4, top_k=2, dtype="uint8")
+    assert contradicted.value.field == "$.meta_info.routed_experts_dtype"
+    for bad in ("int64", 8, b"uint8"):
+        with pytest.raises(R3WireError) as info:
+            read_response(body, num_layers=4, top_k=2, dtype=bad)  # type: ignore[arg-type]
+        assert info.value.field == "dtype"
+        assert not isinstance(info.value, DecodeError)

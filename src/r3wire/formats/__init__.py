@@ -509,6 +509,7 @@ def read_response(
     top_k: int | None = None,
     num_experts: int | None = None,
     max_elements: int | None = None,
+    dtype: str | None = None,
 ) -> list[ReadResult]:
     """Read every routes field of a whole engine response, in document order.
 
@@ -529,6 +530,9 @@ def read_response(
         top_k: experts per layer, likewise.
         num_experts: when given, every id must be below it.
         max_elements: refuse any routes field declaring more ids than this, before decoding it.
+        dtype: the element type of SGLang bare strings that do not carry ``routed_experts_dtype`` beside them
+            (``sgl_ext``, dynamo's ``nvext``): ``"int32"`` (the default, as SGLang's), ``"uint16"`` or
+            ``"uint8"``. One that does must agree with it. Other formats carry their dtype and ignore this.
 
     Returns:
         One :class:`ReadResult` per routes field, with ``path`` (``$.choices[1].routed_experts``) and, where the
@@ -552,6 +556,10 @@ def read_response(
     _positive(num_layers, "num_layers")
     _positive(top_k, "top_k")
     optional_num_experts(num_experts)
+    sglang_dtype: object = plain_str(dtype)  # typed str, but untyped callers pass anything
+    if sglang_dtype is not None and (not isinstance(sglang_dtype, str) or sglang_dtype not in SGLANG_DTYPES):
+        raise R3WireError.make("dtype", f"one of {list(SGLANG_DTYPES)} (sglang's bare strings)", sglang_dtype)
+    has_shape = num_layers is not None and top_k is not None
     if not isinstance(body, (Mapping, list, tuple)):
         # Exactly the text loads accepts (any bytes-like object or str); anything else is refused by type, never
         # walked into [] (which a trainer would take for "no routes").
@@ -587,8 +595,15 @@ def read_response(
         else:
             payload = found.value
         try:
+            name, value = _detect(payload, has_shape=has_shape)
             result = read(
-                payload, num_layers=num_layers, top_k=top_k, num_experts=num_experts, max_elements=max_elements
+                value,
+                name,  # a format name _detect chose
+                num_layers=num_layers,
+                top_k=top_k,
+                num_experts=num_experts,
+                max_elements=max_elements,
+                dtype=sglang_dtype if name == "sglang" else None,
             )
         except R3WireError as exc:
             # Fields are relative to the value (shape, data[0, 1, 2]); the holder's key is already in the path.

@@ -49,9 +49,13 @@ def read_sglang(payload: object, opts: ReadOptions) -> ReadResult:
     optionally ``routed_experts_dtype``; other keys are ignored, so ``meta_info`` can be passed as is)."""
     if isinstance(payload, Mapping):
         text = text_of(mapping_get(payload, KEY_ROUTED_EXPERTS), KEY_ROUTED_EXPERTS)
-        dtype = _dtype_name(payload.get(KEY_ROUTED_EXPERTS_DTYPE), KEY_ROUTED_EXPERTS_DTYPE)
-        if opts.dtype is not None and opts.dtype != dtype:
-            raise DecodeError.make(KEY_ROUTED_EXPERTS_DTYPE, f"{opts.dtype!r} (the caller's dtype)", dtype)
+        stated = payload.get(KEY_ROUTED_EXPERTS_DTYPE)
+        if stated is None:  # not said (older servers, sgl_ext, dynamo): the caller's dtype, else int32
+            dtype = _dtype_name(opts.dtype, "dtype")
+        else:
+            dtype = _dtype_name(stated, KEY_ROUTED_EXPERTS_DTYPE)
+            if opts.dtype is not None and opts.dtype != dtype:
+                raise DecodeError.make(KEY_ROUTED_EXPERTS_DTYPE, f"{opts.dtype!r} (the caller's dtype)", dtype)
     else:
         text = text_of(payload, KEY_ROUTED_EXPERTS)
         dtype = _dtype_name(opts.dtype, "dtype")
