@@ -526,3 +526,13 @@ def test_dtype_reads_sglang_strings_that_do_not_carry_it() -> None:
             read_response(body, num_layers=4, top_k=2, dtype=bad)  # type: ignore[arg-type]
         assert info.value.field == "dtype"
         assert not isinstance(info.value, DecodeError)
+
+
+def test_results_carry_their_path_as_parts_to_pair_them_with_choices() -> None:
+    # Choices whose routes are null have no result, so zip(results, choices) pairs the wrong ones.
+    routes = write(np.zeros((1, 1, 2), dtype=np.uint8), "skyrl")
+    body = {"choices": [{"index": 0, "routed_experts": None}, {"index": 1, "routed_experts": routes}]}
+    (result,) = read_response(body)
+    assert result.parts == ("choices", 1, "routed_experts")
+    assert body["choices"][result.parts[1]]["index"] == 1  # type: ignore[index]
+    assert read(routes).parts == ()

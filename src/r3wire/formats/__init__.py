@@ -617,6 +617,7 @@ def read_response(
             dataclasses.replace(
                 result,
                 path=_path(found.parts),
+                parts=found.parts,
                 token_ids=token_ids,
                 logprobs=None if clamped is None else clamped.values,
                 num_clamped=0 if clamped is None else clamped.num_clamped,

@@ -71,6 +71,9 @@ class ReadResult:
             envelope's own float dtype), non-finite and missing values clamped to :data:`r3wire.LOGPROB_FLOOR`,
             or ``None``.
         num_clamped: how many of ``logprobs`` were clamped (0 when there are none).
+        parts: ``path`` as its keys and indexes (``("choices", 1, "routed_experts")``), so a caller pairs the
+            result with its choice without parsing the path (choices whose routes are ``null`` have no result);
+            ``()`` from :func:`~r3wire.formats.read`.
     """
 
     routes: np.ndarray[Any, Any]
@@ -84,6 +87,7 @@ class ReadResult:
     token_ids: np.ndarray[Any, Any] | None = None
     logprobs: np.ndarray[Any, Any] | None = None
     num_clamped: int = 0
+    parts: tuple[object, ...] = ()
 
     def route_mask(self) -> np.ndarray[Any, Any]:
         """A bool ``[rows, layers, top_k]`` array, true where ``routes`` holds a replayable expert id: false in
