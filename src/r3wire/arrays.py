@@ -54,6 +54,8 @@ def encode_array(array: Any, *, dtypes: Iterable[str] | None = None) -> dict[str
         EncodeError: the value is not an array, has more than 32 dimensions (or an empty shape no reader takes),
             its dtype is not an allowed wire dtype, or it is a nested list whose values NumPy's conversion would
             change (ints past int64, ints beside floats that float64 rounds, a bool among numbers).
+        R3WireError: ``dtypes`` is not a non-empty collection of wire dtype names (e.g. ``["float128"]``, ``[]``,
+            ``-1``, bytes); checked before the array, and not an :class:`EncodeError`.
     """
     wire, name = array_wire(array, dtypes=dtypes)
     return build_envelope(wire, name, ARRAY_SCHEMA)
@@ -63,7 +65,7 @@ def array_wire(array: Any, *, dtypes: Iterable[str] | None = None) -> tuple[np.n
     """Check an array and return the wire array and its dtype name: :func:`encode_array` without base64.
 
     Raises:
-        EncodeError: as :func:`encode_array`.
+        EncodeError, R3WireError: as :func:`encode_array`.
     """
     allowed = _allowed(dtypes)
     arr = as_numpy(array, field="array")  # at most 32 dimensions, as every reader (NumPy 1 included) holds
@@ -113,6 +115,9 @@ def decode_array(
     Raises:
         DecodeError: the payload is malformed or breaks a limit; the message names the field.
         UnsupportedVersionError: the payload's schema version is newer than this release reads.
+        R3WireError: ``dtypes`` is not a non-empty collection of wire dtype names, ``ndim`` is not an integer in
+            ``0 .. 32``, or ``max_elements`` is not an integer in ``0 .. 2**63`` (bools refused); checked before the
+            payload is read, and not a :class:`DecodeError`.
     """
     allowed = _allowed(dtypes)
     if ndim is not None:
