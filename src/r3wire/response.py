@@ -675,8 +675,10 @@ def dumps(
     :func:`~r3wire.encode_array` (its own dtype, bit for bit). Nested lists are never converted. NumPy scalars
     become JSON numbers or booleans of the same value. Everything else is serialized by ``orjson``.
 
-    ``loads(dumps(x))`` gives ``x`` back (arrays as arrays, routes in their wire dtype), or ``dumps`` raises: it
-    refuses what would not come back, such as an object of the caller's that spells an r3wire ``schema``.
+    ``loads(dumps(x))`` gives back every array (routes in their wire dtype) and every JSON value; other types
+    orjson writes come back as JSON gives them (a tuple as a list, a datetime or UUID as a string, a dataclass as
+    a dict). What would not come back at all makes ``dumps`` raise, such as a non-finite float or an object of
+    the caller's that spells an r3wire ``schema``.
     Large arrays are checked, narrowed and base64-encoded piece by piece straight into the output, which is the
     only body-sized allocation. A result over 32 MiB is a fresh mapping the kernel faults in page by page (about
     as long as the encode itself on these VMs); :func:`iter_dumps` into a reused buffer avoids that, and so does
