@@ -12,7 +12,7 @@ import numpy as np
 from r3wire._validate import MAX_EXTENT, MAX_NDIM, extent
 from r3wire.errors import EncodeError, R3WireError, describe
 
-__all__ = ["as_numpy", "refuse_masked"]
+__all__ = ["as_numpy", "is_tensor", "refuse_masked"]
 
 
 _EXACT_FLOAT: Final = 1 << 53  # float64 holds every integer of a smaller magnitude exactly
@@ -59,13 +59,18 @@ def refuse_masked(obj: object, field: str, error: type[R3WireError] = EncodeErro
         raise error.make(field, _UNMASKED, "a numpy.ma.MaskedArray", raw=True)
 
 
+def is_tensor(value: object) -> bool:
+    """Whether ``value`` is a torch tensor, without importing torch: one can only exist if the caller did."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
 def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[Any, Any]:
     if isinstance(obj, np.ndarray):
         refuse_masked(obj, field, error)
         # A subclass may override min(), max() or comparisons: the checks here must see the bytes that are sent.
         return obj if type(obj) is np.ndarray else obj.view(np.ndarray)
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(obj, torch.Tensor):
+    if is_tensor(obj):
         from r3wire.torch import tensor_to_numpy  # noqa: PLC0415  # the adapter is a leaf; load it only when used
 
         return tensor_to_numpy(obj, field=field)

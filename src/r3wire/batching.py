@@ -25,14 +25,13 @@ from __future__ import annotations
 import functools
 import math
 import operator
-import sys
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import Any, Final, Literal
 
 import numpy as np
 
-from r3wire._arraylike import as_numpy
+from r3wire._arraylike import as_numpy, is_tensor
 from r3wire._routecheck import ROUTES_MIN_DIMS, optional_num_experts
 from r3wire._validate import (
     MAX_DIM,
@@ -244,8 +243,7 @@ def _check_distinct(arr: Array, field: str) -> None:
 
 def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
     """``value`` as ``count`` Python ints in ``0 .. MAX_DIM`` (a list, tuple, 1-d integer array or tensor)."""
-    torch = sys.modules.get("torch")  # a tensor can only exist if the caller imported torch
-    if torch is not None and isinstance(value, torch.Tensor):
+    if is_tensor(value):
         value = _from_caller(value, field)  # e.g. attention_mask.sum(-1), what a trainer holds
     if isinstance(value, np.ndarray):
         if value.ndim != 1 or value.dtype.kind not in "iu":

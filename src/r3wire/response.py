@@ -25,14 +25,13 @@ import math
 import operator
 import os
 import re
-import sys
 from collections.abc import Callable, Collection, Iterator, Sequence
 from typing import Any, Final
 
 import numpy as np
 import orjson
 
-from r3wire._arraylike import as_numpy
+from r3wire._arraylike import as_numpy, is_tensor
 from r3wire._base64 import b64encode_bytes, encoded_length
 from r3wire._bytesearch import find_byte
 from r3wire._envelope import build_envelope
@@ -239,11 +238,6 @@ def _nonce() -> str:
     return f"r3wire-blob:{os.urandom(8).hex()}:"
 
 
-def _is_tensor(value: object) -> bool:
-    torch = sys.modules.get("torch")  # a tensor can only exist if the caller imported torch
-    return torch is not None and isinstance(value, torch.Tensor)
-
-
 # What the key above an array makes of it.
 _PLAIN: Final = 0
 _ROUTES: Final = 1
@@ -355,7 +349,7 @@ class _Writer:
             return self._dict(value)
         if cls is list or cls is tuple:
             return self._list(value)
-        if isinstance(value, np.ndarray) or _is_tensor(value):
+        if isinstance(value, np.ndarray) or is_tensor(value):
             return self._array(value, kind)
         if isinstance(value, np.generic):
             return self._scalar(value)

@@ -214,6 +214,19 @@ def _format_name(name: object, *, auto: bool = True) -> str:
     return plain
 
 
+def _sglang_dtype(dtype: object) -> str | None:
+    """The caller's ``dtype`` for SGLang bare strings, by its characters (typed str, but untyped callers pass
+    anything).
+
+    Raises:
+        R3WireError: not None or one of :data:`SGLANG_DTYPES`.
+    """
+    given = plain_str(dtype)
+    if given is not None and (not isinstance(given, str) or given not in SGLANG_DTYPES):
+        raise R3WireError.make("dtype", f"one of {list(SGLANG_DTYPES)} (sglang's bare string)", given)
+    return given
+
+
 def _positive(value: int | None, field: str) -> int | None:
     return None if value is None else check_int(value, field, minimum=1, maximum=1 << 31, error=R3WireError)
 
@@ -470,9 +483,7 @@ def read(
     named: object = format  # typed str, but untyped callers pass anything
     # The type first: ``==`` on an ndarray compares elementwise, and its truth value raises.
     name = "auto" if isinstance(named, str) and plain_str(named) == "auto" else _format_name(named)
-    given: object = plain_str(dtype)  # typed str, but untyped callers pass anything
-    if given is not None and (not isinstance(given, str) or given not in SGLANG_DTYPES):
-        raise R3WireError.make("dtype", f"one of {list(SGLANG_DTYPES)} (sglang's bare string)", given)
+    given = _sglang_dtype(dtype)
     opts = ReadOptions(
         num_layers=_positive(num_layers, "num_layers"),
         top_k=_positive(top_k, "top_k"),
@@ -556,9 +567,7 @@ def read_response(
     _positive(num_layers, "num_layers")
     _positive(top_k, "top_k")
     optional_num_experts(num_experts)
-    sglang_dtype: object = plain_str(dtype)  # typed str, but untyped callers pass anything
-    if sglang_dtype is not None and (not isinstance(sglang_dtype, str) or sglang_dtype not in SGLANG_DTYPES):
-        raise R3WireError.make("dtype", f"one of {list(SGLANG_DTYPES)} (sglang's bare strings)", sglang_dtype)
+    sglang_dtype = _sglang_dtype(dtype)
     has_shape = num_layers is not None and top_k is not None
     if not isinstance(body, (Mapping, list, tuple)):
         # Exactly the text loads accepts (any bytes-like object or str); anything else is refused by type, never
