@@ -457,6 +457,95 @@ def test_pack_empty_batch_and_single_sample() -> None:
     assert np.array_equal(back, sample)
 
 
+def test_pack_with_token_lengths_lays_rows_on_the_token_batch() -> None:
+    a, b = _routes(3, seed=1), _routes(1, seed=2)
+    flat, cu, mask = pack_routes([a, b], token_lengths=[4, 2], num_experts=16)
+    assert cu.tolist() == [0, 4, 6]  # the packed token batch's own cu_seqlens, not the rows'
+    assert mask.tolist() == [False, False, False, True, False, True]
+    assert np.array_equal(flat[0:3], a)
+    assert np.array_equal(flat[4:5], b)
+    assert (flat[mask] == [0, 1]).all()
+    # The same cells as right padding, one trajectory per row of the padded batch.
+    padded, padded_mask = pad_routes([a, b], token_lengths=[4, 2], side="right", num_experts=16)
+    assert np.array_equal(flat[0:4], padded[0])
+    assert np.array_equal(flat[4:6], padded[1, :2])
+    assert np.array_equal(mask, np.concatenate([padded_mask[0], padded_mask[1, :2]]))
+
+
+def test_pack_returns_a_mask_only_when_asked_for_token_positions() -> None:
+    assert len(pack_routes([_routes(2)])) == 2
+    assert len(pack_routes([_routes(2)], token_lengths=[2])) == 3
+    assert len(pack_routes([_routes(2)], replayed=[None])) == 3
+
+
+def test_pack_token_lengths_must_cover_the_rows() -> None:
+    with pytest.raises(R3WireError, match=r"token_lengths\[1\] must be >= the 3 route rows of samples\[1\].*got 2"):
+        pack_routes([_routes(1), _routes(3)], token_lengths=[2, 2])
+    with pytest.raises(R3WireError, match=r"token_lengths must be 2 integers .*got 1"):
+        pack_routes([_routes(1), _routes(3)], token_lengths=[4])
+    with pytest.raises(R3WireError, match=r"num_experts must be given with fill='balanced'"):
+        pack_routes([_routes(1)], token_lengths=[2], fill="balanced")
+
+
+def test_replayed_rows_skip_the_checks_and_become_padding() -> None:
+    sample = _routes(3, seed=4)
+    sample[1] = -1  # NeMo-RL's missing route in every layer; Fireworks sends zeros there
+    keep = np.array([True, False, True])
+    padded, mask = pad_routes([sample], token_lengths=[4], replayed=[keep], num_experts=16, check=True)
+    assert mask.tolist() == [[False, True, False, True]]
+    assert np.array_equal(padded[0, [0, 2]], sample[[0, 2]])
+    assert (padded[0, 1] == [0, 1]).all()
+    flat, _, packed_mask = pack_routes([sample], token_lengths=[4], replayed=[keep], num_experts=16, check=True)
+    assert np.array_equal(flat, padded[0])
+    assert np.array_equal(packed_mask, mask[0])
+    with pytest.raises(R3WireError, match=r"samples\[0\]\[row 1, layer 0, slot 0\] must be a non-negative .*replayed="):
+        pad_routes([sample], token_lengths=[4], num_experts=16)
+
+
+def test_replayed_errors_name_the_sample_row() -> None:
+    sample = _routes(4, seed=5)
+    sample[0] = 99  # not replayed: never checked
+    sample[3, 2] = 50
+    keep = np.array([False, True, True, True])
+    with pytest.raises(
+        R3WireError, match=r"samples\[0\]\[row 3, layer 2, slot 0\] must be an expert id below num_experts=16"
+    ):
+        pad_routes([sample], side="right", replayed=[keep], num_experts=16)
+    sample[3, 2] = 7
+    sample[2, 1] = [3, 3]
+    with pytest.raises(R3WireError, match=r"samples\[0\]\[row 2, layer 1\] must be distinct expert ids"):
+        pack_routes([sample], replayed=[keep], num_experts=16, check=True)
+
+
+@pytest.mark.parametrize(
+    ("replayed", "message"),
+    [
+        (
+            [np.array([1, 0], dtype=np.int64)],
+            r"replayed\[0\] must be a bool array of shape \[2\] \(True = replay the row\), got int64 \[2\]",
+        ),
+        ([np.array([True])], r"replayed\[0\] must be a bool array of shape \[2\].*got bool \[1\]"),
+        ([None, None], r"replayed must be 1 row masks \(one per sample\), got 2"),
+        ("tt", r"replayed must be a sequence of per-sample row masks .*got str"),
+        (3, r"replayed must be a sequence of per-sample row masks .*got int"),
+    ],
+)
+def test_replayed_must_be_one_bool_row_mask_per_sample(replayed: Any, message: str) -> None:
+    for call in (pad_routes, pack_routes):
+        with pytest.raises(R3WireError, match=message):
+            call([_routes(2)], replayed=replayed, token_lengths=[2])
+
+
+def test_replayed_takes_a_read_results_mask_and_a_torch_mask() -> None:
+    torch = pytest.importorskip("torch")
+    sample = _routes(3, seed=6)
+    from_tensor = pad_routes([sample], token_lengths=[3], replayed=torch.tensor([[True, False, True]]))
+    from_array = pad_routes([sample], token_lengths=[3], replayed=[np.array([True, False, True])])
+    assert np.array_equal(from_tensor[0], from_array[0])
+    assert np.array_equal(from_tensor[1], from_array[1])
+    assert from_array[1].tolist() == [[False, True, False]]
+
+
 @pytest.mark.parametrize(
     ("cu", "field"),
     [

@@ -27,7 +27,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from itertools import pairwise
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, overload
 
 import numpy as np
 
@@ -186,8 +186,12 @@ def _where(field: str, index: Sequence[int]) -> str:
     return f"{field}[row {index[0]}, layer {index[1]}, slot {index[2]}]"
 
 
-def _check_range(arr: Array, limit: int, field: str, *, expected: str) -> None:
-    """Refuse any id outside ``0 .. limit``; read the array only when its dtype could hold such an id."""
+def _check_range(arr: Array, limit: int, field: str, *, expected: str, rows: Array | None = None) -> None:
+    """Refuse any id outside ``0 .. limit``; read the array only when its dtype could hold such an id.
+
+    ``rows`` maps ``arr``'s rows to the sample's (``arr`` holds only the replayed rows), so a message names the
+    sample's row.
+    """
     if arr.size == 0:
         return
     dtype_min, dtype_max = _int_bounds(arr.dtype)
@@ -200,14 +204,18 @@ def _check_range(arr: Array, limit: int, field: str, *, expected: str) -> None:
             if value == -1:  # what SGLang and NeMo-RL write for "no route"; say what to do with it
                 expected += (
                     " (-1 is SGLang's and NeMo-RL's 'no expert recorded': drop dense layers, routes[:, moe_layers], "
-                    "before batching; a mask here covers whole rows)"
+                    "before batching; a row with no expert recorded in any layer goes in replayed= as False)"
                 )
-            raise _fail(_where(field, first), expected, value)
+            raise _fail(_where(field, _sample_index(first, rows)), expected, value)
     if dtype_max > limit:
         high = int(arr.max())
         if high > limit:
             first = [int(i) for i in np.argwhere(arr > limit)[0]]
-            raise _fail(_where(field, first), expected, int(arr[tuple(first)]))
+            raise _fail(_where(field, _sample_index(first, rows)), expected, int(arr[tuple(first)]))
+
+
+def _sample_index(index: list[int], rows: Array | None) -> list[int]:
+    return index if rows is None else [int(rows[index[0]]), *index[1:]]
 
 
 @functools.lru_cache(maxsize=64)
@@ -224,7 +232,7 @@ def _range_expected(dtype: np.dtype[Any], n_experts: int | None) -> str:
     return f"an expert id that fits the batch dtype {dtype.name} (<= {_int_bounds(dtype)[1]})"
 
 
-def _check_distinct(arr: Array, field: str) -> None:
+def _check_distinct(arr: Array, field: str, *, rows: Array | None = None) -> None:
     if arr.shape[2] < 2 or arr.size == 0:
         return
     try:
@@ -234,10 +242,11 @@ def _check_distinct(arr: Array, field: str) -> None:
     repeated = (ordered[..., 1:] == ordered[..., :-1]).any(axis=-1)
     if repeated.any():
         row, layer = (int(i) for i in np.argwhere(repeated)[0])
+        ids = arr[row, layer].tolist()
         raise _fail(
-            f"{field}[row {row}, layer {layer}]",
+            f"{field}[row {row if rows is None else int(rows[row])}, layer {layer}]",
             "distinct expert ids within a row",
-            describe(arr[row, layer].tolist()),
+            describe(ids),
         )
 
 
@@ -345,6 +354,75 @@ def _layout(
     return width, firsts
 
 
+def _fill_kind(fill: object, n_experts: int | None) -> str:
+    kind = _choice(fill, ("arange", "balanced"))
+    if kind is None:
+        raise _fail("fill", "'arange' or 'balanced'", describe(fill))
+    if kind == "balanced" and n_experts is None:
+        raise _fail("num_experts", "given with fill='balanced' (padding is spread over the experts)", "None")
+    return kind
+
+
+def _replayed(value: object, rows: Sequence[int]) -> list[Array | None]:
+    """Each sample's row mask (``True`` = replay), or ``None`` where every row is replayed."""
+    if value is None:
+        return [None] * len(rows)
+    if isinstance(value, (str, bytes)) or not (isinstance(value, (Sequence, np.ndarray)) or is_tensor(value)):
+        raise _fail("replayed", "a sequence of per-sample row masks (bool arrays, or None)", type(value).__name__)
+    items = list(value)  # type: ignore[call-overload]  # a sequence or a tensor, checked above
+    if len(items) != len(rows):
+        raise _fail("replayed", f"{len(rows)} row masks (one per sample)", f"{len(items)}")
+    masks: list[Array | None] = []
+    for i, (item, count) in enumerate(zip(items, rows, strict=True)):
+        if item is None:
+            masks.append(None)
+            continue
+        field = f"replayed[{i}]"
+        keep = _from_caller(item, field)
+        if keep.dtype != np.bool_ or keep.shape != (count,):
+            # Bool only: an integer 0/1 array reads as a mask of either polarity, and this one's is True = replay.
+            raise _fail(
+                field, f"a bool array of shape [{count}] (True = replay the row)", f"{keep.dtype} {list(keep.shape)}"
+            )
+        masks.append(None if keep.all() else keep)
+    return masks
+
+
+def _masked_count(keep: Array | None) -> int:
+    return 0 if keep is None else keep.size - int(np.count_nonzero(keep))
+
+
+def _copy_sample(
+    dest: Array,
+    arr: Array,
+    keep: Array | None,
+    filler: _Filler,
+    *,
+    field: str,
+    limit: int,
+    expected: str,
+    check: bool,
+) -> None:
+    """Copy a range-checked sample into ``dest``; rows ``keep`` marks False (never checked) become padding rows."""
+    if keep is None:
+        # Checking right before the copy reads the sample while it is in cache for the copy (measured: the range
+        # check then adds ~15% to a copy instead of a full extra pass over memory).
+        _check_range(arr, limit, field, expected=expected)
+        if check:
+            _check_distinct(arr, field)
+        np.copyto(dest, arr, casting="unsafe")  # lossless: every id was range-checked above
+        return
+    # Rows not replayed hold whatever the engine left there (Fireworks zeros, NeMo-RL -1): only replayed ones are
+    # checked, and the others are overwritten after the copy.
+    kept_rows = np.flatnonzero(keep)
+    kept = arr[kept_rows]
+    _check_range(kept, limit, field, expected=expected, rows=kept_rows)
+    if check:
+        _check_distinct(kept, field, rows=kept_rows)
+    np.copyto(dest, arr, casting="unsafe")
+    dest[~keep] = filler.take(arr.shape[0] - kept_rows.size)
+
+
 def _bounded(shape: tuple[int, ...], max_elements: object, field: str) -> None:
     """Refuse an output shape over the caller's (or the default) element limit before allocating it."""
     check_element_count(shape, optional_max_elements(max_elements), field, error=R3WireError)
@@ -412,6 +490,7 @@ def pad_routes(
     out: Array | None = None,
     fill: Fill = "arange",
     max_elements: int | None = None,
+    replayed: Sequence[Any] | Array | None = None,
 ) -> tuple[Array, Array]:
     """Pad ragged per-trajectory routes into one ``[batch, max_len, layers, top_k]`` array and a mask.
 
@@ -442,6 +521,9 @@ def pad_routes(
             num_experts`` for slot ``j``, in every layer), so each expert receives the same number of padding
             slots per layer to within one and no expert-parallel rank gets every padding token. Deterministic.
         max_elements: the largest ``padded`` (in ids) to allocate; ``None`` is the decoders' default limit.
+        replayed: per sample, ``None`` or a bool ``[rows_i]`` array, ``True`` where the row was replayed (what
+            :attr:`r3wire.formats.ReadResult.mask` holds: Fireworks BITMAP and ``null`` rows). Rows marked
+            ``False`` are neither checked nor copied: they become padding rows, ``True`` in ``mask``.
 
     Returns:
         ``(padded, mask)``: ``padded`` ``[batch, max_len, layers, top_k]`` of the batch dtype (``num_experts``'s
@@ -456,16 +538,14 @@ def pad_routes(
             ``max_elements``, an id is negative, does not fit
             the batch dtype or is ``>= num_experts`` (the message names sample, row, layer and slot), ids repeat
             within a row (``check=True``), ``fill`` is unknown or ``"balanced"`` without ``num_experts``, or
-            ``out`` does not match or may share memory with a sample.
+            ``out`` does not match or may share memory with a sample, or ``replayed`` does not hold one bool
+            ``[rows_i]`` array (or ``None``) per sample.
     """
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
-    kind = _choice(fill, ("arange", "balanced"))
-    if kind is None:
-        raise _fail("fill", "'arange' or 'balanced'", describe(fill))
-    if kind == "balanced" and n_experts is None:
-        raise _fail("num_experts", "given with fill='balanced' (padding is spread over the experts)", "None")
+    kind = _fill_kind(fill, n_experts)
     rows = [arr.shape[0] for arr in arrays]
+    keeps = _replayed(replayed, rows)
     width, firsts = _layout(rows, token_lengths, None, side, max_len)
     dtype = _batch_dtype(arrays, n_experts)
     layers, top_k = arrays[0].shape[1:] if arrays else (0, 0)
@@ -475,23 +555,26 @@ def pad_routes(
     _bounded(shape, max_elements, "padded")
     padded = _output(out, shape, dtype, arrays)
     mask = np.ones((len(arrays), width), dtype=np.bool_)
-    longest_run = max((max(first, width - first - n) for first, n in zip(firsts, rows, strict=True)), default=0)
+    longest_run = max(
+        (
+            max(first, width - first - n, _masked_count(keep))
+            for first, n, keep in zip(firsts, rows, keeps, strict=True)
+        ),
+        default=0,
+    )
     filler = _Filler(kind, longest_run=longest_run, layers=layers, top_k=top_k, dtype=dtype, n_experts=n_experts)
     limit, expected = _id_limit(dtype, n_experts), _range_expected(dtype, n_experts)
     for i, arr in enumerate(arrays):
-        field = f"samples[{i}]"
-        # Checking right before the copy reads the sample while it is in cache for the copy (measured: the range
-        # check then adds ~15% to a copy instead of a full extra pass over memory).
-        _check_range(arr, limit, field, expected=expected)
-        if check:
-            _check_distinct(arr, field)
         start, stop = firsts[i], firsts[i] + rows[i]
         if start:
             padded[i, :start] = filler.take(start)
-        np.copyto(padded[i, start:stop], arr, casting="unsafe")  # lossless: every id was range-checked above
+        keep = keeps[i]
+        _copy_sample(
+            padded[i, start:stop], arr, keep, filler, field=f"samples[{i}]", limit=limit, expected=expected, check=check
+        )
         if stop < width:
             padded[i, stop:] = filler.take(width - stop)
-        mask[i, start:stop] = False
+        mask[i, start:stop] = False if keep is None else ~keep
     return padded, mask
 
 
@@ -790,52 +873,133 @@ def pad_sequences(
     return padded, mask
 
 
+@overload
 def pack_routes(
     samples: Sequence[Any] | Array,
     *,
+    token_lengths: None = None,
+    replayed: None = None,
     num_experts: int | None = None,
     check: bool = False,
+    fill: Fill = "arange",
     max_elements: int | None = None,
-) -> tuple[Array, Array]:
-    """Concatenate per-trajectory routes along rows, for trainers that use packed (varlen) sequences.
+) -> tuple[Array, Array]: ...
 
-    Each sample is copied exactly once, straight into the result, converted on the way if needed.
+
+@overload
+def pack_routes(
+    samples: Sequence[Any] | Array,
+    *,
+    token_lengths: Sequence[int] | Array,
+    replayed: Sequence[Any] | Array | None = None,
+    num_experts: int | None = None,
+    check: bool = False,
+    fill: Fill = "arange",
+    max_elements: int | None = None,
+) -> tuple[Array, Array, Array]: ...
+
+
+@overload
+def pack_routes(
+    samples: Sequence[Any] | Array,
+    *,
+    token_lengths: Sequence[int] | Array | None = None,
+    replayed: Sequence[Any] | Array,
+    num_experts: int | None = None,
+    check: bool = False,
+    fill: Fill = "arange",
+    max_elements: int | None = None,
+) -> tuple[Array, Array, Array]: ...
+
+
+def pack_routes(
+    samples: Sequence[Any] | Array,
+    *,
+    token_lengths: Sequence[int] | Array | None = None,
+    replayed: Sequence[Any] | Array | None = None,
+    num_experts: int | None = None,
+    check: bool = False,
+    fill: Fill = "arange",
+    max_elements: int | None = None,
+) -> tuple[Array, Array] | tuple[Array, Array, Array]:
+    """Concatenate per-trajectory routes for trainers that use packed (varlen) sequences.
+
+    Each sample is copied exactly once, straight into the result, converted on the way if needed. Without
+    ``token_lengths`` the rows go back to back. With it, trajectory ``i`` takes ``token_lengths[i]`` positions, as
+    in a packed token batch: its rows fill the first ``rows_i`` of them and the rest (the last sampled token, which
+    the engine never forwarded) are padding rows, flagged in a mask, the layout of :func:`pad_routes` with
+    ``side="right"`` for one sample.
 
     Args:
         samples: one ``[rows_i, layers, top_k]`` array per trajectory, as for :func:`pad_routes`.
+        token_lengths: each trajectory's token count (``>= rows_i``), the lengths behind the token batch's
+            ``cu_seqlens``. Given, the result has a third member, the mask.
+        replayed: per sample, ``None`` or a bool ``[rows_i]`` array, ``True`` where the row was replayed, as for
+            :func:`pad_routes`; rows marked ``False`` become padding rows. Given, the result has the mask.
         num_experts: the model's expert count: fixes the dtype and bounds the ids, as for :func:`pad_routes`.
         check: also require distinct ids within each row.
+        fill: what padding rows hold, as for :func:`pad_routes` (``"balanced"`` needs ``num_experts``).
         max_elements: the largest ``flat`` (in ids) to allocate; ``None`` is the decoders' default limit.
 
     Returns:
         ``(flat, cu_seqlens)``: ``flat`` ``[sum(rows_i), layers, top_k]`` (``[0, 0, 0]`` for an empty batch) and
         ``cu_seqlens``, int64 ``[batch + 1]``, the prefix sums of ``rows_i`` starting at 0, so sample ``i`` is
         ``flat[cu_seqlens[i]:cu_seqlens[i + 1]]``. (flash-attn wants int32: ``cu_seqlens.astype(np.int32)``.)
+        With ``token_lengths`` or ``replayed``: ``(flat, cu_seqlens, mask)``, where ``flat`` has
+        ``sum(token_lengths)`` rows, ``cu_seqlens`` sums the token lengths (the token batch's own), and
+        ``mask``, bool ``[sum(token_lengths)]``, is ``True`` = do not replay (uncaptured or not replayed).
 
     Raises:
-        R3WireError: as :func:`pad_routes` for the samples and ids; the total rows exceed ``max_elements`` (or
-            int64, whatever the limit).
+        R3WireError: as :func:`pad_routes` for the samples, ids, ``token_lengths``, ``replayed`` and ``fill``;
+            the total rows exceed ``max_elements`` (or int64, whatever the limit).
     """
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
+    kind = _fill_kind(fill, n_experts)
     dtype = _batch_dtype(arrays, n_experts)
     layers, top_k = arrays[0].shape[1:] if arrays else (0, 0)
     rows = [arr.shape[0] for arr in arrays]
+    masked = token_lengths is not None or replayed is not None
+    keeps = _replayed(replayed, rows)
+    lengths = rows if token_lengths is None else _token_lengths(token_lengths, rows)
     # Summed as Python ints: NumPy's cumsum would wrap silently past int64 (eight broadcast 2**60-row views).
-    total = sum(rows)
-    check_int(total, "sum(rows)", minimum=0, maximum=_INT64_MAX, error=R3WireError)
+    total = sum(lengths)
+    check_int(
+        total,
+        "sum(token_lengths)" if token_lengths is not None else "sum(rows)",
+        minimum=0,
+        maximum=_INT64_MAX,
+        error=R3WireError,
+    )
     shape = (total, layers, top_k)
     _bounded(shape, max_elements, "flat")
+    if arrays and masked:
+        _check_filler(top_k, dtype, n_experts, "samples[0].shape[2]")
     cu_seqlens = np.zeros(len(arrays) + 1, dtype=np.int64)
-    np.cumsum(rows, out=cu_seqlens[1:])
+    np.cumsum(lengths, out=cu_seqlens[1:])
     flat = _allocate(shape, dtype, "flat")
+    mask = np.ones(total, dtype=np.bool_) if masked else None
+    longest_run = max(
+        (max(length - n, _masked_count(keep)) for length, n, keep in zip(lengths, rows, keeps, strict=True)),
+        default=0,
+    )
+    filler = _Filler(kind, longest_run=longest_run, layers=layers, top_k=top_k, dtype=dtype, n_experts=n_experts)
     limit, expected = _id_limit(dtype, n_experts), _range_expected(dtype, n_experts)
-    for i, arr in enumerate(arrays):
-        _check_range(arr, limit, f"samples[{i}]", expected=expected)
-        if check:
-            _check_distinct(arr, f"samples[{i}]")
-        np.copyto(flat[cu_seqlens[i] : cu_seqlens[i + 1]], arr, casting="unsafe")  # lossless: range-checked
-    return flat, cu_seqlens
+    first = 0
+    for i, (arr, length, keep) in enumerate(zip(arrays, lengths, keeps, strict=True)):
+        stop = first + rows[i]
+        _copy_sample(
+            flat[first:stop], arr, keep, filler, field=f"samples[{i}]", limit=limit, expected=expected, check=check
+        )
+        end = first + length
+        if stop < end:
+            flat[stop:end] = filler.take(end - stop)
+        if mask is not None:
+            mask[first:stop] = False if keep is None else ~keep
+        first = end
+    if mask is None:
+        return flat, cu_seqlens
+    return flat, cu_seqlens, mask
 
 
 _DEFAULT_MAX_SAMPLES: Final = 1 << 20

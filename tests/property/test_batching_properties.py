@@ -9,6 +9,7 @@ import base64
 import math
 import tracemalloc
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 from unittest.mock import patch
 
@@ -493,6 +494,96 @@ def test_pad_sequences_and_pad_routes_agree_cell_for_cell(
         cells = np.flatnonzero(~token_mask[i])  # the trajectory's positions, in order
         assert np.flatnonzero(~tail_mask[i]).tolist() == cells[o:n].tolist()
         assert (tail_grid[i, cells[o:n]] == 0.5).all()
+
+
+def _draw_replayed(data: st.DataObject, samples: list[Array], num_experts: int) -> tuple[list[Array], list[Any]]:
+    """Row masks (None, all-True or mixed) and samples whose unreplayed rows hold junk: -1, or ids past the model."""
+    junk_samples, masks = [], []
+    for sample in samples:
+        rows = sample.shape[0]
+        flags: list[bool] = data.draw(st.lists(st.booleans(), min_size=rows, max_size=rows))
+        keep = np.array(flags, dtype=np.bool_)
+        junk = sample.copy()
+        junk[~keep] = data.draw(st.sampled_from([-1, 0, num_experts, 2**31 - 1]))
+        junk_samples.append(junk)
+        every_row = bool(keep.all())
+        masks.append(None if every_row and data.draw(st.booleans()) else keep)
+    return junk_samples, masks
+
+
+@given(padded_batches(), st.data())
+def test_replayed_rows_are_copied_and_the_others_padded(
+    case: tuple[list[Array], list[int], int, int | None, Any], data: st.DataObject
+) -> None:
+    samples, lengths, num_experts, max_len, side = case
+    junk, masks = _draw_replayed(data, samples, num_experts)
+    kwargs: dict[str, Any] = {"token_lengths": lengths, "num_experts": num_experts, "max_len": max_len, "side": side}
+    padded, mask = pad_routes(junk, replayed=masks, **kwargs)
+    # The reference: the clean samples padded as before, then every unreplayed row turned into a padding row.
+    plain, plain_mask = pad_routes(samples, **kwargs)
+    for i, keep in enumerate(masks):
+        if keep is None:
+            continue
+        cells = np.flatnonzero(~plain_mask[i])[~keep]
+        plain[i, cells] = np.arange(plain.shape[3])
+        plain_mask[i, cells] = True
+    assert np.array_equal(mask, plain_mask)
+    assert np.array_equal(padded, plain)
+    balanced, balanced_mask = pad_routes(junk, replayed=masks, fill="balanced", **kwargs)
+    assert np.array_equal(balanced_mask, mask)
+    assert np.array_equal(balanced[~mask], padded[~mask])
+    filler = balanced[mask]
+    for layer in range(filler.shape[1] if filler.size else 0):
+        counts = np.bincount(filler[:, layer].ravel(), minlength=num_experts)
+        assert int(np.max(counts)) - int(np.min(counts)) <= 1
+
+
+@given(padded_batches(), st.data())
+def test_packed_token_batch_holds_each_trajectory_as_right_padding_does(
+    case: tuple[list[Array], list[int], int, int | None, Any], data: st.DataObject
+) -> None:
+    samples, lengths, num_experts, _, _ = case
+    junk, masks = _draw_replayed(data, samples, num_experts)
+    fill: Any = data.draw(st.sampled_from(["arange", "balanced"]))
+    flat, cu_seqlens, mask = pack_routes(
+        junk, token_lengths=lengths, replayed=masks, num_experts=num_experts, fill=fill
+    )
+    assert cu_seqlens.tolist() == np.cumsum([0, *lengths]).tolist()
+    assert flat.shape[0] == mask.shape[0] == sum(lengths)
+    assert flat.dtype == route_dtype(num_experts)
+    padded, padded_mask = pad_routes(junk, token_lengths=lengths, replayed=masks, num_experts=num_experts, side="right")
+    for i, (first, end) in enumerate(pairwise(cu_seqlens.tolist())):
+        n = lengths[i]
+        assert np.array_equal(mask[first:end], padded_mask[i, :n])
+        assert np.array_equal(flat[first:end][~mask[first:end]], padded[i, :n][~padded_mask[i, :n]])
+    if fill == "arange":
+        assert (flat[mask] == np.arange(flat.shape[2])).all()
+    # Split back by the token batch's own cu_seqlens, each piece is one trajectory's token positions.
+    assert [part.shape[0] for part in unpack_routes(flat, cu_seqlens)] == lengths
+    ordered = np.sort(flat[mask], axis=-1)
+    assert (ordered[..., 1:] != ordered[..., :-1]).all()
+    assert flat[mask].size == 0 or int(flat[mask].max()) < num_experts
+
+
+@given(batches_with_experts([4, 256]), JSON_VALUES, st.sampled_from(["token_lengths", "replayed", "fill"]))
+def test_hostile_packing_arguments_raise_only_r3wire_errors(
+    case: tuple[list[Array], int | None], value: Any, which: str
+) -> None:
+    samples, num_experts = case
+    messages = []
+    try:
+        result = pack_routes(samples, num_experts=num_experts, **{which: value})
+    except R3WireError as exc:
+        messages.append(str(exc))
+    else:
+        assert result[1][-1] == result[0].shape[0]
+    try:
+        padded, mask = pad_routes(samples, num_experts=num_experts, side="right", **{which: value})
+    except R3WireError as exc:
+        messages.append(str(exc))
+    else:
+        assert padded.shape[:2] == mask.shape
+    assert all(" must be " in message for message in messages)
 
 
 # --- decoded payloads fed into the batching helpers (issue 11.7) ------------------------------------------------
