@@ -177,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
         concat,
         lambda: np.concatenate(samples),
     )
+    token_counts = [s.shape[0] + 1 for s in samples]  # one uncaptured (last sampled) token per trajectory
+    measure(
+        "pack_routes(token_lengths, num_experts)",
+        lambda: pack_routes(samples, token_lengths=token_counts, num_experts=n_experts),
+        concat,
+        lambda: np.concatenate(samples),
+    )
     measure(
         "pack_routes(int32 samples, num_experts)",
         lambda: pack_routes(wide, num_experts=n_experts),
