@@ -849,6 +849,48 @@ def _tokens(n: int, seed: int = 0) -> list[int]:
     return [int(x) for x in np.random.default_rng(seed).integers(0, 50_000, size=n)]
 
 
+def test_trace_rows_not_replayed_are_filled_by_a_later_call_and_masked_until_then() -> None:
+    tokens = [5, 6, 7, 8, 9]
+    first = np.array([[[1, 2]], [[-1, -1]], [[3, 4]]], dtype=np.int16)  # row 1 not replayed (NeMo-RL's -1 there)
+    trace = RouteTrace(num_experts=16)
+    trace.add(first, start=0, token_ids=tokens[:4], replayed=np.array([True, False, True]))
+    replayed = trace.replayed
+    assert replayed is not None
+    assert replayed.tolist() == [True, False, True]
+    routes, _ = trace.finalize()
+    assert routes[:, 0].tolist() == [[1, 2], [0, 1], [3, 4]]  # a padding row, not the payload's -1
+    handed_out = routes.copy()
+    # A re-prefill replays row 1 (filled in, not a conflict) and differs at row 2 (a conflict, recorded row kept).
+    trace.add(np.array([[[9, 8]], [[3, 5]], [[6, 7]]]), start=1, token_ids=tokens)
+    assert trace.replayed is None
+    assert trace.conflicts == 1
+    assert trace.finalize()[0][:, 0].tolist() == [[1, 2], [9, 8], [3, 4], [6, 7]]
+    assert np.array_equal(routes, handed_out)  # what finalize handed out earlier is never written into
+
+
+def test_trace_never_compares_rows_either_call_did_not_replay() -> None:
+    trace = RouteTrace(num_experts=16)
+    trace.add(np.array([[[1, 2]], [[3, 4]]]), start=0)
+    # Without token ids a conflict raises; row 0 differs but this call did not replay it.
+    trace.add(np.array([[[0, 0]], [[3, 4]], [[5, 6]]]), start=0, replayed=np.array([False, True, True]))
+    assert trace.conflicts == 0
+    with pytest.raises(
+        R3WireError, match=r"routes\[row 1, layer 0\] must be \[5, 6\], the ids already recorded for trajectory row 2"
+    ):
+        trace.add(np.array([[[9, 9]], [[5, 7]]]), start=1, replayed=np.array([False, True]))
+    with pytest.raises(
+        R3WireError, match=r"replayed must be a bool array of shape \[2\] \(True = replay the row\), got int64 \[2\]"
+    ):
+        trace.add(np.array([[[1, 2]], [[3, 4]]]), start=0, replayed=np.array([1, 1]))
+    with pytest.raises(
+        R3WireError, match=r"routes\[row 1, layer 0, slot 1\] must be an expert id below num_experts=16, got 16"
+    ):
+        trace.add(np.array([[[99, 99]], [[3, 16]]]), start=0, replayed=np.array([False, True]))
+    branch = trace.fork(3)
+    assert branch.replayed is None
+    assert branch.finalize(4)[0][:, 0].tolist() == [[1, 2], [3, 4], [5, 6]]
+
+
 def test_trace_records_token_ids_and_extends_them() -> None:
     full, tokens = _routes(9), _tokens(10)
     assert RouteTrace().token_ids is None

@@ -372,20 +372,21 @@ def _replayed(value: object, rows: Sequence[int]) -> list[Array | None]:
     items = list(value)  # type: ignore[call-overload]  # a sequence or a tensor, checked above
     if len(items) != len(rows):
         raise _fail("replayed", f"{len(rows)} row masks (one per sample)", f"{len(items)}")
-    masks: list[Array | None] = []
-    for i, (item, count) in enumerate(zip(items, rows, strict=True)):
-        if item is None:
-            masks.append(None)
-            continue
-        field = f"replayed[{i}]"
-        keep = _from_caller(item, field)
-        if keep.dtype != np.bool_ or keep.shape != (count,):
-            # Bool only: an integer 0/1 array reads as a mask of either polarity, and this one's is True = replay.
-            raise _fail(
-                field, f"a bool array of shape [{count}] (True = replay the row)", f"{keep.dtype} {list(keep.shape)}"
-            )
-        masks.append(None if keep.all() else keep)
-    return masks
+    return [
+        None if item is None else _row_mask(item, count, f"replayed[{i}]")
+        for i, (item, count) in enumerate(zip(items, rows, strict=True))
+    ]
+
+
+def _row_mask(value: object, count: int, field: str) -> Array | None:
+    """One sample's row mask as a bool ``[count]`` array, or ``None`` when it marks every row replayed."""
+    keep = _from_caller(value, field)
+    if keep.dtype != np.bool_ or keep.shape != (count,):
+        # Bool only: an integer 0/1 array reads as a mask of either polarity, and this one's is True = replay.
+        raise _fail(
+            field, f"a bool array of shape [{count}] (True = replay the row)", f"{keep.dtype} {list(keep.shape)}"
+        )
+    return None if keep.all() else keep
 
 
 def _masked_count(keep: Array | None) -> int:
@@ -1139,6 +1140,7 @@ class RouteTrace:
         "_expected",
         "_fixed",
         "_high",
+        "_kept",
         "_limit",
         "_max_elements",
         "_n_tokens",
@@ -1176,6 +1178,7 @@ class RouteTrace:
         self._verified: bool | None = None  # decided by the first add: token ids on every call, or on none
         self._conflicts = 0
         self._shared = False  # finalize() handed out the buffer: "replace" must copy before writing into it
+        self._kept: Array | None = None  # per recorded row, replayed by some call; None: every row so far
 
     @property
     def rows(self) -> int:
@@ -1207,6 +1210,18 @@ class RouteTrace:
         starts at 0.
         """
         return self._conflicts
+
+    @property
+    def replayed(self) -> Array | None:
+        """Per recorded row, ``True`` where some call replayed it; ``None`` when every row was (a bool copy).
+
+        Rows no call replayed (``add(..., replayed=)``) hold ``arange(top_k)`` padding rows in the trace: pass
+        this as :func:`pad_routes`' ``replayed=[trace.replayed]`` so they are masked.
+        """
+        if self._kept is None or bool(self._kept.all()):
+            return None
+        copy: Array = self._kept.copy()
+        return copy
 
     def common_prefix(self, token_ids: Any) -> int:
         """How many leading tokens of ``token_ids`` agree with the recorded ones.
@@ -1254,6 +1269,7 @@ class RouteTrace:
         branch._n_tokens = keep if self._tokens is not None else 0
         branch._tokens = None if self._tokens is None else self._tokens[:keep].copy()
         branch._verified, branch._conflicts, branch._shared = self._verified, 0, False
+        branch._kept = None if self._kept is None else self._kept[: branch._rows].copy()
         return branch
 
     def add(
@@ -1263,6 +1279,7 @@ class RouteTrace:
         start: int | None = None,
         token_ids: Any = None,
         on_conflict: Conflict | None = None,
+        replayed: Any = None,
     ) -> None:
         """Record an engine call's rows; ``routes[0]`` is trajectory row ``start``.
 
@@ -1285,6 +1302,10 @@ class RouteTrace:
                 ``"raise"`` raises. ``None``: ``"keep"`` when ``token_ids`` are given (they prove the tokens
                 extend the recorded ones; the rows' offset is ``start``'s), else ``"raise"``. Either way
                 :attr:`conflicts` counts the differing rows.
+            replayed: ``None``, or a bool ``[n]`` array, ``True`` where the call replayed the row
+                (``ReadResult.mask``: a Fireworks BITMAP or ``null`` rows). A row marked ``False`` is not
+                checked, compared or recorded: a later call that replays it fills it in (no conflict), and rows
+                no call replayed hold padding rows and are ``False`` in :attr:`replayed`.
 
         Raises:
             R3WireError: a bad array or shape, a negative id or one ``>= num_experts``, ``start`` past the end of
@@ -1292,13 +1313,14 @@ class RouteTrace:
                 ``token_ids`` missing on a verifying trace (or given on one that is not), not covering the rows,
                 or differing from the recorded tokens (the first differing position and both tokens are named),
                 the trace exceeding ``max_elements``, or conflicting rows under ``"raise"`` (row and layer
-                named). The trace is unchanged when this is raised.
+                named), or ``replayed`` not a bool ``[n]`` array. The trace is unchanged when this is raised.
         """
         if start is None:
             routes, token_ids, start = self._end_aligned(routes, token_ids)
-        if self._add_common(routes, start, token_ids, on_conflict):
+        if replayed is None and self._kept is None and self._add_common(routes, start, token_ids, on_conflict):
             return
         arr = _as_routes(routes, "routes")
+        keep = None if replayed is None else _row_mask(replayed, arr.shape[0], "replayed")
         # A plain in-range int (never a bool: ``type`` is exact) is what check_int would return; skip its call.
         begin = (
             start
@@ -1332,15 +1354,23 @@ class RouteTrace:
         if tokens is not None:
             self._check_tokens(tokens, begin, end)
         dtype = self._fixed
+        kept_rows = None if keep is None else np.flatnonzero(keep)
+        checked = arr if kept_rows is None else arr[kept_rows]
         if dtype is not None:
             if buf is None:
                 # Later calls share this top_k (checked above) and the fixed dtype: the filler check holds for them.
                 _check_filler(arr.shape[2], dtype, self._num_experts, "routes.shape[2]", trace=True)
-            _check_range(arr, self._limit, "routes", expected=self._expected)
+            _check_range(checked, self._limit, "routes", expected=self._expected, rows=kept_rows)
         else:
             dtype = self._dtype_with(arr)
-            _check_range(arr, _id_limit(dtype, None), "routes", expected=_range_expected(dtype, None))
+            limit = _id_limit(dtype, None)
+            _check_range(checked, limit, "routes", expected=_range_expected(dtype, None), rows=kept_rows)
+            if keep is not None:
+                _check_filler(arr.shape[2], dtype, None, "routes.shape[2]", trace=True)  # its rows pad the others
         overlap = min(self._rows - begin, arr.shape[0])
+        # Rows compared in the overlap: replayed by this call and by an earlier one (None: all of them).
+        earlier = None if self._kept is None else self._kept[begin : begin + max(overlap, 0)]
+        compared = _both(earlier, None if keep is None else keep[: max(overlap, 0)])
         differing = None
         if buf is not None and overlap > 0:
             unequal = buf[begin : begin + overlap] != arr[:overlap]
@@ -1348,10 +1378,14 @@ class RouteTrace:
             # (a multi-axis any() costs several times more).
             if unequal.any():
                 differing = unequal.reshape(overlap, -1).any(axis=1)
+                if compared is not None:
+                    differing &= compared
+                    if not differing.any():
+                        differing = None
         policy = chosen if chosen is not None else ("keep" if tokens is not None else "raise")
         if differing is not None and policy == "raise":
             assert buf is not None
-            _check_overlap(buf[begin : begin + overlap], arr[:overlap], begin)
+            _check_overlap(buf[begin : begin + overlap], arr[:overlap], begin, compared)
         # Every check passed. Both buffers are reserved before anything is recorded, so a failed allocation
         # leaves the trace unchanged.
         room = None if tokens is None else self._token_room(tokens.shape[0])
@@ -1364,15 +1398,49 @@ class RouteTrace:
             self._shared = False
         if differing is not None:
             self._conflicts += int(np.count_nonzero(differing))
-            if policy == "replace":
+        if keep is None and self._kept is None:
+            if differing is not None and policy == "replace":
                 np.copyto(buf[begin : begin + overlap], arr[:overlap], casting="unsafe")  # lossless: checked
-        if end > self._rows:
-            np.copyto(buf[self._rows : end], arr[overlap:], casting="unsafe")  # lossless: range-checked
-            self._rows = end
+            if end > self._rows:
+                np.copyto(buf[self._rows : end], arr[overlap:], casting="unsafe")  # lossless: range-checked
+                self._rows = end
+        else:
+            replace = differing is not None and policy == "replace"
+            self._record_masked(arr, keep, begin=begin, overlap=overlap, end=end, replace=replace)
         if room is not None:
             assert tokens is not None
             self._record_tokens(tokens, room)
         self._verified = tokens is not None
+
+    def _record_masked(
+        self, arr: Array, keep: Array | None, *, begin: int, overlap: int, end: int, replace: bool
+    ) -> None:
+        """Record a call when some row, recorded or new, was not replayed (every check has passed)."""
+        new_keep = np.ones(arr.shape[0], dtype=np.bool_) if keep is None else keep
+        kept = np.ones(self._rows, dtype=np.bool_) if self._kept is None else self._kept[: self._rows].copy()
+        buf = self._buf
+        assert buf is not None
+        if overlap > 0:
+            earlier, now = kept[begin : begin + overlap], new_keep[:overlap]
+            # A row replayed only now fills a gap; "replace" also takes the rows replayed on both sides.
+            rows = np.flatnonzero(now & ~earlier if not replace else now)
+            if rows.size:
+                if self._shared:
+                    # finalize() handed these rows out: write into a copy (made before anything is recorded).
+                    fresh = _allocate(buf.shape, buf.dtype, "trace")
+                    fresh[: self._rows] = buf[: self._rows]
+                    self._buf = buf = fresh
+                    self._shared = False
+                buf[begin + rows] = arr[rows]  # lossless: replayed rows are range-checked
+            kept[begin : begin + overlap] |= now
+        if end > self._rows:
+            np.copyto(buf[self._rows : end], arr[overlap:], casting="unsafe")  # rows not replayed are padded next
+            fresh_keep = new_keep[overlap:]
+            if not fresh_keep.all():
+                buf[self._rows : end][~fresh_keep] = np.arange(buf.shape[2], dtype=buf.dtype)
+            kept = np.concatenate([kept, fresh_keep])
+            self._rows = end
+        self._kept = kept
 
     def _end_aligned(self, routes: object, token_ids: object) -> tuple[Array, Array, int]:
         """The routes and tokens of a call given without ``start``, and the start their ends imply.
@@ -1610,8 +1678,20 @@ class RouteTrace:
         return (buf if buf.shape[0] == rows else buf[:rows]), rows
 
 
-def _check_overlap(recorded: Array, new: Array, begin: int) -> None:
+def _both(first: Array | None, second: Array | None) -> Array | None:
+    """Rows two row masks both mark as replayed; ``None`` (every row) when neither is given."""
+    if first is None:
+        return second
+    if second is None:
+        return first
+    both: Array = first & second
+    return both
+
+
+def _check_overlap(recorded: Array, new: Array, begin: int, compared: Array | None = None) -> None:
     differs = recorded != new
+    if compared is not None:
+        differs &= compared[:, None, None]  # rows not replayed on either side are never compared
     if differs.any():
         row, layer, _ = (int(i) for i in np.argwhere(differs)[0])
         raise _fail(

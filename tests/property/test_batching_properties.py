@@ -221,29 +221,39 @@ class _Reference:
 
     def __init__(self) -> None:
         self.rows: list[list[int]] = []
+        self.kept: list[bool] = []  # replayed by some call; the others hold an arange(top_k) padding row
         self.tokens: list[int] = []
         self.conflicts = 0
         self.added = False
 
-    def add(self, routes: Array, start: int, tokens: list[int], policy: str | None) -> None:
+    def add(
+        self, routes: Array, start: int, tokens: list[int], policy: str | None, replayed: list[bool] | None = None
+    ) -> None:
         assert start <= len(self.rows)
         assert start + routes.shape[0] <= len(tokens)
         assert tokens[: len(self.tokens)] == self.tokens[: len(tokens)]
         for offset, row in enumerate(routes):
             position, values = start + offset, _exact(row)
+            replay = replayed is None or replayed[offset]
             if position < len(self.rows):
-                if self.rows[position] != values:
+                if not replay:
+                    continue
+                if not self.kept[position]:
+                    self.rows[position], self.kept[position] = values, True  # fills a row no call replayed
+                elif self.rows[position] != values:
                     self.conflicts += 1
                     if policy == "replace":
                         self.rows[position] = values
             else:
-                self.rows.append(values)
+                self.rows.append(values if replay else list(range(row.shape[1])) * row.shape[0])
+                self.kept.append(replay)
         self.tokens = tokens if len(tokens) > len(self.tokens) else self.tokens
         self.added = True
 
     def fork(self, keep: int) -> _Reference:
         branch = _Reference()
         branch.rows = [list(row) for row in self.rows[:keep]]
+        branch.kept = self.kept[:keep]
         branch.tokens = self.tokens[:keep]
         branch.added = self.added
         return branch
@@ -252,6 +262,8 @@ class _Reference:
 def _assert_same(trace: RouteTrace, reference: _Reference, row_shape: tuple[int, int]) -> None:
     assert trace.rows == len(reference.rows)
     assert trace.conflicts == reference.conflicts
+    replayed = trace.replayed
+    assert (replayed.tolist() if replayed is not None else [True] * trace.rows) == reference.kept
     recorded = trace.token_ids
     assert (recorded.tolist() if recorded is not None else []) == reference.tokens
     if reference.added:
@@ -325,13 +337,18 @@ def test_random_multi_turn_trajectories_stitch_like_the_reference(
             routes = _call_routes(data, reference, start, end, row_shape)
             policy = data.draw(st.sampled_from([None, "keep", "replace"]))
             derived = end == last and data.draw(st.booleans())
+            # Sometimes rows the engine did not replay (a Fireworks BITMAP): junk there is never read.
+            flags = data.draw(st.one_of(st.none(), st.lists(st.booleans(), min_size=len(routes), max_size=len(routes))))
+            if flags is not None:
+                routes[~np.array(flags, dtype=np.bool_)] = data.draw(st.sampled_from([-1, 0, EXPERTS, 2**40]))
             trace.add(
                 routes,
                 start=None if derived else start,
                 token_ids=tokens,
                 on_conflict=policy,  # type: ignore[arg-type]
+                replayed=None if flags is None else np.array(flags, dtype=np.bool_),
             )
-            reference.add(routes, start, tokens, policy)
+            reference.add(routes, start, tokens, policy, flags)
         elif op == "fork":
             # "Longest matching prefix" branching: a new continuation forks at its common prefix.
             candidate = reference.tokens[: data.draw(st.integers(0, len(reference.tokens)))]
