@@ -426,6 +426,7 @@ def test_read_response_pairs_one_logprob_with_each_token_id(
         beside = {"output_ids": token_ids} if prompt is None else {"output_ids": token_ids, "prompt_token_ids": prompt}
         body: Any = {**beside, "meta_info": {"output_token_logprobs": entries, "routed_experts": _valid("sglang")}}
         where = "$.meta_info.output_token_logprobs"
+        routes_at = "$.meta_info.routed_experts"
     else:
         lists = {"content": {"content": [{"logprob": x} for x in values]}, "token_logprobs": {"token_logprobs": values}}
         logprobs = lists.get(shape, values)
@@ -434,15 +435,28 @@ def test_read_response_pairs_one_logprob_with_each_token_id(
             routes = {key: routes}
         body = {"choices": [{"index": 0, **beside, "logprobs": logprobs, **routes}]}
         where = "$.choices[0].logprobs" + ("" if shape == "list" else f".{shape}")
+        routes_at = "".join(["$.choices[0]", *(f".{key}" for key in holder), ".routed_experts"])
     if not aligned:
         with pytest.raises(DecodeError) as info:
             read_response(body, **SHAPE)
         assert (info.value.field or "").startswith(where)
         return
+    if prompt is not None and len(ROUTES) > len(echoed):
+        # More rows than the call (prompt + completion) has tokens: misaligned, refused at the routes.
+        with pytest.raises(DecodeError) as info:
+            read_response(body, **SHAPE)
+        assert info.value.field == routes_at
+        return
     (result,) = read_response(body, **SHAPE)
     assert result.token_ids is not None
     assert result.logprobs is not None
     assert result.token_ids.tolist() == token_ids
+    if prompt is None:
+        assert result.prompt_token_ids is None
+    else:
+        assert result.prompt_token_ids is not None and result.prompt_token_ids.dtype == np.int64
+        assert result.prompt_token_ids.tolist() == prompt
+        assert result.call_token_ids().tolist() == echoed
     tail = values[skip:]
     assert result.logprobs.tolist() == [-9999.0 if x is None else x for x in tail]
     assert result.num_clamped == tail.count(None)
