@@ -454,7 +454,8 @@ def test_read_response_pairs_one_logprob_with_each_token_id(
     if prompt is None:
         assert result.prompt_token_ids is None
     else:
-        assert result.prompt_token_ids is not None and result.prompt_token_ids.dtype == np.int64
+        assert result.prompt_token_ids is not None
+        assert result.prompt_token_ids.dtype == np.int64
         assert result.prompt_token_ids.tolist() == prompt
         assert result.call_token_ids().tolist() == echoed
     tail = values[skip:]
