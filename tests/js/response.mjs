@@ -2,7 +2,7 @@
 // the token ids and logprobs beside it (one logprob per token id). Written from docs/formats.md ("Whole responses", "Detection") alone.
 //
 //   readResponse(body, {numLayers, topK, numExperts, maxElements})
-//     -> [{path, format, dtype, shape, values, start, mask, numExperts, tokenIds, logprobs, numClamped}]
+//     -> [{path, format, dtype, shape, values, start, mask, numExperts, tokenIds, promptTokenIds, logprobs, numClamped}]
 //
 // `body` is JSON text or a value from parseJson. Fireworks' zstd payloads (r3/v1 and the trace object holding
 // one) throw NeedsZstd: Node has no zstd decoder without a package.
@@ -32,6 +32,8 @@ export class NeedsZstd extends Error {}
 
 const ROUTE_KEYS = new Set(["routed_experts", "router_replay", "routing_matrices"]);
 const TOKEN_KEYS = ["token_ids", "output_ids"];
+const PROMPT_KEYS = ["prompt_token_ids"];
+const INT64_MAX = (1n << 63n) - 1n;
 const LOGPROB_KEYS = ["logprobs", "output_token_logprobs"];
 // What a missing or non-finite sampled logprob becomes (docs/logprobs.md: clamp_logprobs).
 const LOGPROB_FLOOR = -9999.0;
@@ -91,12 +93,17 @@ function at(path, fn) {
   }
 }
 
-/** Token ids: a list of non-negative integers (fields relative to the list). */
-function tokenIds(value) {
+/** Token ids (completion and prompt alike): a list of integers in 0 .. 2**63 - 1, at most maxElements of them
+ * (fields relative to the list). */
+function tokenIds(value, maxElements) {
   if (!Array.isArray(value)) reject(null, "a list of integers", value);
+  if (maxElements !== undefined && BigInt(value.length) > BigInt(maxElements)) {
+    reject(null, `at most max_elements=${maxElements} token ids`, value.length);
+  }
   return value.map((x, i) => {
-    if (!(x instanceof JsonNumber) || !x.isInteger() || x.toBigInt() < 0n) reject(`[${i}]`, "a token id (>= 0)", x);
-    return Number(x.toBigInt());
+    const ok = x instanceof JsonNumber && x.isInteger() && x.toBigInt() >= 0n && x.toBigInt() <= INT64_MAX;
+    if (!ok) reject(`[${i}]`, "a token id in 0..2**63-1", x);
+    return x.toBigInt();
   });
 }
 
@@ -148,29 +155,26 @@ function logprobs(key, value) {
  * prompt_token_ids beside the token ids first: those are left out. SGLang's [logprob, token_id, text] entries
  * must name the token id they pair with, where they name one. Returns {values, clamped}.
  */
-function aligned(ids, idsRaw, lp, sampled) {
+function aligned(ids, idsRaw, lp, sampled, prompt, promptRaw) {
   const count = ids.length;
   const total = sampled.values.length;
   const where = `${lp[2]}${sampled.prefix}`;
   let skip = 0;
   if (total !== count) {
-    const holder = idsRaw[3];
-    const promptPath = idsRaw[2].slice(0, idsRaw[2].lastIndexOf(".")) + ".prompt_token_ids";
-    const prompt = Object.hasOwn(holder, "prompt_token_ids") && holder.prompt_token_ids !== null
-      ? at(promptPath, () => tokenIds(holder.prompt_token_ids))
-      : null;
-    if (prompt === null || total !== prompt.length + count) {
-      const echo = prompt === null ? "" : `, or ${prompt.length} + ${count} with the echoed prompt_token_ids`;
+    // Only a prompt in the token ids' own object is echoed (vLLM completions); a chat response's is not.
+    const echoed = prompt !== null && promptRaw[3] === idsRaw[3] ? prompt : null;
+    if (echoed === null || total !== echoed.length + count) {
+      const echo = echoed === null ? "" : `, or ${echoed.length} + ${count} with the echoed prompt_token_ids`;
       throw new DecodeError(where, `one logprob per token id (${count} at ${idsRaw[2]}${echo})`, `${total} logprobs`);
     }
-    skip = prompt.length;
+    skip = echoed.length;
   }
   if (lp[0] === "output_token_logprobs") {
     for (let i = 0; i < count; i++) {
       const entry = lp[1][skip + i];
       if (entry.length < 2 || entry[1] === null) continue;
       const given = entry[1];
-      const want = idsRaw[1][i].toBigInt();
+      const want = ids[i];
       if (!(given instanceof JsonNumber && given.isInteger() && given.toBigInt() === want)) {
         throw new DecodeError(`${where}[${skip + i}][1]`, `the token id at ${idsRaw[2]}[${i}] (${want})`, String(given));
       }
@@ -203,35 +207,49 @@ export function readResponse(input, options = {}) {
     });
   }
   const results = [];
-  const read = (value, path, holder, chain, paths) => {
+  // `outer`: the objects around the list holding the enclosing list item (a chat response around its choices).
+  const read = (value, path, holder, chain, paths, outer) => {
     const [format, reader] = at(path, () => detect(value, holder));
     if (reader === null) throw new NeedsZstd(`${path}: ${format} is zstd-compressed`);
     // SGLang's reader names the members of its holder (routed_experts, routed_experts_dtype): relocate from there.
     const base = format === "sglang" ? path.slice(0, path.lastIndexOf(".")) : path;
     const result = at(base, () => reader(value, options));
     const ids = beside(chain, paths, TOKEN_KEYS);
+    const promptRaw = beside(chain, paths, PROMPT_KEYS) ?? beside(outer.chain, outer.paths, PROMPT_KEYS);
     const lp = beside(chain, paths, LOGPROB_KEYS);
-    const tokens = ids === null ? null : at(ids[2], () => tokenIds(ids[1]));
+    const tokens = ids === null ? null : at(ids[2], () => tokenIds(ids[1], options.maxElements));
+    const prompt = promptRaw === null ? null : at(promptRaw[2], () => tokenIds(promptRaw[1], options.maxElements));
     const read = lp === null ? null : at(lp[2], () => logprobs(lp[0], lp[1]));
     const sampled =
       read === null
         ? null
         : tokens === null
           ? { values: read.values, clamped: read.missing.filter(Boolean).length }
-          : aligned(tokens, ids, lp, read);
+          : aligned(tokens, ids, lp, read, prompt, promptRaw);
+    if (tokens !== null && prompt !== null) {
+      // formats.md, "The call's token ids": start + rows <= len(prompt) + len(completion).
+      const first = result.start ?? 0n;
+      const rows = BigInt(result.shape[0]);
+      const count = BigInt(prompt.length + tokens.length);
+      if (BigInt(first) + rows > count) {
+        throw new DecodeError(path, `rows that fit the call: start + rows <= ${count} tokens`, `${rows} rows from ${first}`);
+      }
+    }
     results.push({
       ...result,
       path,
       format,
       tokenIds: tokens,
+      promptTokenIds: prompt,
       logprobs: sampled === null ? null : sampled.values,
       numClamped: sampled === null ? 0 : sampled.clamped,
     });
   };
   // `chain`: the objects from the enclosing list item (or the root) down to this one; `paths`: their JSONPaths.
-  const walk = (node, path, chain, paths) => {
+  const walk = (node, path, chain, paths, outer) => {
     if (Array.isArray(node)) {
-      node.forEach((item, i) => walk(item, `${path}[${i}]`, [], []));
+      const shared = chain.length > 0 ? { chain, paths } : outer;
+      node.forEach((item, i) => walk(item, `${path}[${i}]`, [], [], shared));
       return;
     }
     if (!isPlainObject(node)) return;
@@ -240,18 +258,18 @@ export function readResponse(input, options = {}) {
     if (node.schema === "r3wire.routes") {
       // An envelope under a key that is not a routes key, or the body itself: still routes (formats.md, "Where").
       const nested = chain.length > 0;
-      read(node, path, nested ? chain[chain.length - 1] : node, nested ? chain : here, nested ? paths : herePaths);
+      read(node, path, nested ? chain[chain.length - 1] : node, nested ? chain : here, nested ? paths : herePaths, outer);
       return;
     }
     for (const key of Object.keys(node)) {
       const child = `${path}.${key}`;
       if (ROUTE_KEYS.has(key)) {
-        if (node[key] !== null) read(node[key], child, node, here, herePaths);
+        if (node[key] !== null) read(node[key], child, node, here, herePaths, outer);
       } else {
-        walk(node[key], child, here, herePaths);
+        walk(node[key], child, here, herePaths, outer);
       }
     }
   };
-  walk(body, "$", [], []);
+  walk(body, "$", [], [], { chain: [], paths: [] });
   return results;
 }

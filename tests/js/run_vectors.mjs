@@ -174,7 +174,8 @@ const KINDS = {
 };
 
 /**
- * A whole-response case (response-engines-v1.json, response-alignment-v1.json): every routes field, in order,
+ * A whole-response case (response-engines-v1.json, response-alignment-v1.json, response-prompt-ids-v1.json): every
+ * routes field, in order,
  * with what is beside it; or, with verdict "reject", the field the DecodeError names.
  */
 function runResponseCase(c) {
@@ -197,7 +198,9 @@ function runResponseCase(c) {
   check(c.verdict !== "reject", `read, expected a rejection naming ${JSON.stringify(c.field)}`);
   const expected = c.results ?? [];
   check(results.length === expected.length, `${results.length} routes fields, expected ${expected.length}`);
-  const list = (x) => (x === null || x === undefined ? null : JSON.stringify(x.map(num)));
+  // Token ids are compared exactly (BigInt, as the reader returns them), logprobs as numbers.
+  const exact = (v) => (v instanceof JsonNumber && v.isInteger() ? v.toBigInt() : num(v));
+  const list = (x) => (x === null || x === undefined ? null : JSON.stringify(x.map((v) => String(exact(v)))));
   expected.forEach((want, i) => {
     const got = results[i];
     const at = `result ${i} (${got.path})`;
@@ -206,6 +209,9 @@ function runResponseCase(c) {
     check(got.dtype === want.dtype, `${at}: dtype ${got.dtype}, expected ${want.dtype}`);
     check(sameValues(got.values, flat(want.values)), `${at}: values ${got.values.slice(0, 16)}`);
     check(list(got.tokenIds) === list(want.token_ids), `${at}: token_ids ${got.tokenIds}`);
+    if (want.prompt_token_ids !== undefined) {
+      check(list(got.promptTokenIds) === list(want.prompt_token_ids), `${at}: prompt_token_ids ${got.promptTokenIds}`);
+    }
     check(list(got.logprobs) === list(want.logprobs), `${at}: logprobs ${got.logprobs}`);
     check(got.numClamped === num(want.num_clamped ?? 0), `${at}: num_clamped ${got.numClamped}`);
     if (want.start !== undefined) check(got.start === BigInt(option(want.start)), `${at}: start ${got.start}`);

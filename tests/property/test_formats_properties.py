@@ -332,7 +332,15 @@ ROUTES_VALUES = st.one_of(
     st.just("nrlre1:int16:1x2x2:AAAAAAAAAAA="),
     st.lists(st.one_of(st.none(), st.text(max_size=12)), max_size=3),
 )
-ROUTES_KEYS = ["routed_experts", "router_replay", "routing_matrices", "token_ids", "output_ids", "logprobs"]
+ROUTES_KEYS = [
+    "routed_experts",
+    "router_replay",
+    "routing_matrices",
+    "token_ids",
+    "output_ids",
+    "prompt_token_ids",
+    "logprobs",
+]
 
 
 @st.composite
@@ -372,6 +380,11 @@ def test_read_response_gives_results_or_decode_error(body: Any) -> None:
             assert result.routes.ndim == 3
             if result.token_ids is not None and result.logprobs is not None:
                 assert result.logprobs.size == result.token_ids.size  # one logprob per token id, or DecodeError
+            if result.prompt_token_ids is not None:
+                assert (result.prompt_token_ids.dtype, result.prompt_token_ids.ndim) == (np.dtype(np.int64), 1)
+                if result.token_ids is not None:  # routes fit the call, or DecodeError
+                    call = result.call_token_ids()
+                    assert (result.start or 0) + result.routes.shape[0] <= call.size
     if not isinstance(body, (dict, list, str)):
         # A scalar is no response: refused, never [] (which reads as "no routes").
         assert results is None
@@ -426,6 +439,7 @@ def test_read_response_pairs_one_logprob_with_each_token_id(
         beside = {"output_ids": token_ids} if prompt is None else {"output_ids": token_ids, "prompt_token_ids": prompt}
         body: Any = {**beside, "meta_info": {"output_token_logprobs": entries, "routed_experts": _valid("sglang")}}
         where = "$.meta_info.output_token_logprobs"
+        routes_at = "$.meta_info.routed_experts"
     else:
         lists = {"content": {"content": [{"logprob": x} for x in values]}, "token_logprobs": {"token_logprobs": values}}
         logprobs = lists.get(shape, values)
@@ -434,18 +448,95 @@ def test_read_response_pairs_one_logprob_with_each_token_id(
             routes = {key: routes}
         body = {"choices": [{"index": 0, **beside, "logprobs": logprobs, **routes}]}
         where = "$.choices[0].logprobs" + ("" if shape == "list" else f".{shape}")
+        routes_at = "".join(["$.choices[0]", *(f".{key}" for key in holder), ".routed_experts"])
     if not aligned:
         with pytest.raises(DecodeError) as info:
             read_response(body, **SHAPE)
         assert (info.value.field or "").startswith(where)
         return
+    if prompt is not None and len(ROUTES) > len(echoed):
+        # More rows than the call (prompt + completion) has tokens: misaligned, refused at the routes.
+        with pytest.raises(DecodeError) as info:
+            read_response(body, **SHAPE)
+        assert info.value.field == routes_at
+        return
     (result,) = read_response(body, **SHAPE)
     assert result.token_ids is not None
     assert result.logprobs is not None
     assert result.token_ids.tolist() == token_ids
+    if prompt is None:
+        assert result.prompt_token_ids is None
+    else:
+        assert result.prompt_token_ids is not None
+        assert result.prompt_token_ids.dtype == np.int64
+        assert result.prompt_token_ids.tolist() == prompt
+        assert result.call_token_ids().tolist() == echoed
     tail = values[skip:]
     assert result.logprobs.tolist() == [-9999.0 if x is None else x for x in tail]
     assert result.num_clamped == tail.count(None)
+
+
+PROMPT_VALUES = st.one_of(
+    st.lists(st.integers(0, 2**63 - 1), max_size=6),
+    st.lists(st.one_of(st.integers(-(2**64), 2**64), st.booleans(), st.floats(), st.text(max_size=2)), max_size=4),
+    st.lists(st.lists(st.integers(0, 9), max_size=2), min_size=1, max_size=2),
+    st.one_of(st.none(), st.integers(), st.text(max_size=4), st.dictionaries(st.text(max_size=3), st.integers())),
+)
+
+
+@given(
+    prompt=PROMPT_VALUES,
+    token_ids=st.lists(st.integers(0, 2**40), max_size=4),
+    shared=st.booleans(),
+    rows=st.integers(0, 7),
+    as_text=st.booleans(),
+    limit=st.one_of(st.none(), st.integers(1, 6)),
+)
+def test_read_response_reads_prompt_ids_exactly_or_raises_decode_error(
+    *, prompt: Any, token_ids: list[int], shared: bool, rows: int, as_text: bool, limit: int | None
+) -> None:
+    """Prompt token ids anywhere a response carries them (a choice's, a response's shared by its choices): read as
+    int64 exactly when they are a list of integers in 0 .. 2**63 - 1 within max_elements, the call they make with
+    the completion's holding the routes, else a DecodeError at their path (or at the routes) and nothing else."""
+    routes = write(np.zeros((rows, 2, 2), dtype=np.uint8), "vllm-npy")
+    choice: dict[str, Any] = {"index": 0, "token_ids": token_ids, "routed_experts": routes}
+    if shared:
+        body: Any = {"prompt_token_ids": prompt, "choices": [choice]}
+        where = "$.prompt_token_ids"
+    else:
+        body = {"choices": [{**choice, "prompt_token_ids": prompt}]}
+        where = "$.choices[0].prompt_token_ids"
+    valid = (
+        isinstance(prompt, list)
+        and all(type(x) is int and 0 <= x < 2**63 for x in prompt)
+        and (limit is None or len(prompt) <= limit)
+    )
+    payload = orjson.dumps(body) if as_text and _jsonable(body) else body
+    try:
+        (result,) = read_response(payload, max_elements=limit)
+    except DecodeError as exc:
+        # In the order they are read: the routes, the completion's ids, the prompt's, then the fit.
+        field = exc.field or ""
+        if limit is not None and max(rows, 1) * 4 > limit:  # an empty shape is held by its other dimensions
+            assert field.startswith("$.choices[0].routed_experts")
+        elif limit is not None and len(token_ids) > limit:
+            assert field == "$.choices[0].token_ids"
+        elif prompt is not None and not valid:
+            assert field.startswith(where)
+        else:
+            assert field == "$.choices[0].routed_experts"
+            assert prompt is not None
+            assert rows > len(prompt) + len(token_ids)
+        return
+    assert result.token_ids is not None
+    if prompt is None:
+        assert result.prompt_token_ids is None
+        return
+    assert valid
+    assert result.prompt_token_ids is not None
+    assert result.prompt_token_ids.tolist() == prompt
+    assert result.call_token_ids().tolist() == prompt + token_ids
+    assert rows <= len(prompt) + len(token_ids)
 
 
 def _peak_of(call: Any) -> tuple[int, Any]:

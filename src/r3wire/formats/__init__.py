@@ -71,6 +71,7 @@ from r3wire.formats._response import (
     KEY_ROUTED_EXPERTS,
     KEY_ROUTED_EXPERTS_DTYPE,
     beside_routes,
+    check_call_fits,
     find_routes,
     relocated,
 )
@@ -547,16 +548,21 @@ def read_response(
 
     Returns:
         One :class:`ReadResult` per routes field, with ``path`` (``$.choices[1].routed_experts``) and, where the
-        choice carries them beside the routes, ``token_ids`` (vLLM ``token_ids``, SGLang ``output_ids``) and the
-        sampled ``logprobs`` clamped to :data:`r3wire.LOGPROB_FLOOR` with ``num_clamped``; when both are there,
-        one logprob per token id (an echo's prompt logprobs left out). ``[]`` when the body has no routes.
+        choice carries them beside the routes, ``token_ids`` (vLLM ``token_ids``, SGLang ``output_ids``),
+        ``prompt_token_ids`` (the choice's, or the response's when it shares one among its choices: vLLM chat) and
+        the sampled ``logprobs`` clamped to :data:`r3wire.LOGPROB_FLOOR` with ``num_clamped``; when both are
+        there, one logprob per token id (an echo's prompt logprobs left out). With both prompt and completion ids,
+        :meth:`ReadResult.call_token_ids` is the engine call's whole sequence, and the routes fit it:
+        ``start + rows <= len(prompt) + len(completion)``. ``[]`` when the body has no routes.
 
     Raises:
         DecodeError: the body is neither JSON text nor a parsed object or array (field ``$``, naming its type),
             the text is not JSON or holds a JSON scalar, or a routes field, its token ids or its logprobs are
-            malformed, or the logprobs are not one per token id (or an SGLang entry names another token id); the
-            field is the JSONPath of the problem (``$.choices[0].routed_experts.shape``,
-            ``$.choices[0].logprobs.content``).
+            malformed, or the logprobs are not one per token id (or an SGLang entry names another token id), or
+            token ids (prompt or completion) are malformed or more than ``max_elements``, or the routes have more
+            rows than the call's prompt and completion ids have tokens; the field is the JSONPath of the problem
+            (``$.choices[0].routed_experts.shape``, ``$.choices[0].logprobs.content``, ``$.prompt_token_ids[2]``,
+            ``$.choices[0].routed_experts``).
         R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path;
             ``DecodeError`` for a bare SGLang string, which without a shape cannot be told from a malformed value).
         ImportError: Fireworks routes without the ``zstd`` extra.
@@ -621,13 +627,16 @@ def read_response(
             if found.key == KEY_ROUTED_EXPERTS and field.startswith(KEY_ROUTED_EXPERTS):
                 parts = parts[:-1]
             raise relocated(exc, parts) from exc
-        token_ids, clamped = beside_routes(found, max_elements=limit)
+        beside = beside_routes(found, max_elements=limit)
+        check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts)
+        clamped = beside.logprobs
         results.append(
             dataclasses.replace(
                 result,
                 path=_path(found.parts),
                 parts=found.parts,
-                token_ids=token_ids,
+                token_ids=beside.token_ids,
+                prompt_token_ids=beside.prompt_token_ids,
                 logprobs=None if clamped is None else clamped.values,
                 num_clamped=0 if clamped is None else clamped.num_clamped,
             )

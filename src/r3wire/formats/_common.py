@@ -65,8 +65,11 @@ class ReadResult:
         bits: the bit width ids travelled in when the payload was bit-packed (r3wire envelopes), else ``None``.
         path: where :func:`~r3wire.formats.read_response` found the routes (``$.choices[1].routed_experts``);
             ``None`` from :func:`~r3wire.formats.read`.
-        token_ids: the token ids the response carries beside these routes (vLLM ``token_ids``, SGLang
-            ``output_ids``) as int64, or ``None``.
+        token_ids: the completion's token ids the response carries beside these routes (vLLM ``token_ids``,
+            SGLang ``output_ids``) as int64, or ``None``.
+        prompt_token_ids: the prompt's token ids the response carries beside these routes (vLLM completions
+            choice ``prompt_token_ids``, vLLM chat response ``prompt_token_ids`` shared by its choices, SGLang
+            ``/generate`` ``prompt_token_ids``) as 1-d int64, or ``None``. :meth:`call_token_ids` joins the two.
         logprobs: the sampled logprobs carried beside these routes (float64 from JSON numbers; an r3wire
             envelope's own float dtype), non-finite and missing values clamped to :data:`r3wire.LOGPROB_FLOOR`,
             or ``None``.
@@ -85,9 +88,38 @@ class ReadResult:
     bits: int | None = None
     path: str | None = None
     token_ids: np.ndarray[Any, Any] | None = None
+    prompt_token_ids: np.ndarray[Any, Any] | None = None
     logprobs: np.ndarray[Any, Any] | None = None
     num_clamped: int = 0
     parts: tuple[object, ...] = ()
+
+    def call_token_ids(self) -> np.ndarray[Any, Any]:
+        """The engine call's whole token sequence, ``prompt_token_ids`` then ``token_ids``, as a new 1-d int64
+        array: what :meth:`r3wire.RouteTrace.add` takes as ``token_ids`` for these routes, whose rows end at the
+        call's last forwarded token.
+
+        Raises:
+            R3WireError: the response carried no prompt token ids, or no completion token ids, beside the routes
+                (field ``prompt_token_ids`` or ``token_ids``; ask the engine for them, or join the caller's own
+                prompt ids with ``token_ids``).
+        """
+        where = f" beside the routes at {self.path}" if self.path is not None else ""
+        if self.prompt_token_ids is None:
+            raise R3WireError.make(
+                "prompt_token_ids",
+                f"the prompt's token ids{where} (vLLM: request return_token_ids=true; SGLang /generate: "
+                "return_prompt_token_ids=true; other bodies: prepend the caller's prompt ids to token_ids)",
+                "a response without them",
+                raw=True,
+            )
+        if self.token_ids is None:
+            raise R3WireError.make(
+                "token_ids",
+                f"the completion's token ids{where} (vLLM: request return_token_ids=true; SGLang: output_ids)",
+                "a response without them",
+                raw=True,
+            )
+        return np.concatenate((self.prompt_token_ids, self.token_ids)).astype(np.int64, copy=False)
 
     def route_mask(self) -> np.ndarray[Any, Any]:
         """A bool ``[rows, layers, top_k]`` array, true where ``routes`` holds a replayable expert id: false in

@@ -2,8 +2,9 @@
 
 :func:`find_routes` walks a parsed body in document order and yields every routes field with its JSONPath and the
 objects around it (from the nearest enclosing list, i.e. the choice, down to the object holding the field);
-:func:`beside_routes` reads the choice's token ids and sampled logprobs from those objects, nearest first, and
-holds them to one logprob per token id. :func:`r3wire.formats.read_response` reads each field with
+:func:`beside_routes` reads the choice's token ids, its prompt's token ids and its sampled logprobs from those
+objects, nearest first, holds the logprobs to one per token id, and :func:`check_call_fits` holds the routes to
+the call those token ids make. :func:`r3wire.formats.read_response` reads each field with
 :func:`r3wire.formats.read`.
 
 The nesting each engine uses is listed, with sources, in ``docs/formats.md`` ("Whole responses").
@@ -11,6 +12,7 @@ The nesting each engine uses is listed, with sources, in ``docs/formats.md`` ("W
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
@@ -23,7 +25,7 @@ from r3wire.logprobs import ClampResult, clamp_logprobs, decode_logprobs, read_l
 from r3wire.response import _path, _relocate
 from r3wire.schema import ARRAY_SCHEMA, KEY_SCHEMA, LOGPROBS_SCHEMA, ROUTES_SCHEMA
 
-__all__ = ["ROUTES_FIELDS", "Found", "beside_routes", "find_routes", "relocated"]
+__all__ = ["ROUTES_FIELDS", "Beside", "Found", "beside_routes", "check_call_fits", "find_routes", "relocated"]
 
 KEY_ROUTED_EXPERTS: Final = "routed_experts"
 KEY_ROUTED_EXPERTS_DTYPE: Final = "routed_experts_dtype"
@@ -34,7 +36,9 @@ ROUTES_FIELDS: Final = (KEY_ROUTED_EXPERTS, KEY_ROUTER_REPLAY, KEY_ROUTING_MATRI
 nvext, payloads); r3wire.routes envelopes are found under any key."""
 # Nearest first within an object; vLLM and prime-rl say token_ids, SGLang output_ids.
 TOKEN_ID_KEYS: Final = ("token_ids", "output_ids")
-KEY_PROMPT_TOKEN_IDS: Final = "prompt_token_ids"  # vLLM completions with return_token_ids, beside token_ids
+# The prompt's token ids: beside token_ids in a vLLM completions choice (return_token_ids), at the top of a vLLM chat
+# response (shared by its choices), beside output_ids at the top of an SGLang /generate body (return_prompt_token_ids).
+KEY_PROMPT_TOKEN_IDS: Final = "prompt_token_ids"
 KEY_LOGPROBS: Final = "logprobs"
 KEY_SGLANG_LOGPROBS: Final = "output_token_logprobs"  # SGLang meta_info: [[logprob, token_id, text], ...]
 KEY_TOKEN_LOGPROBS: Final = "token_logprobs"  # OpenAI completions: logprobs.token_logprobs
@@ -70,6 +74,8 @@ _CONTAINERS: Final = frozenset({dict, list, tuple})
 _Link = tuple[Any, object] | None
 # The objects from the enclosing list item down to a node: (the enclosing one's context, the object, its path).
 _Context = tuple[Any, Mapping[str, Any], _Link] | None
+# A stack item of find_routes: (is a routes field, node, link, routes key, context, the context outside the list).
+_Item = tuple[bool, Any, _Link, str | None, _Context, _Context]
 
 
 def _parts(link: _Link) -> tuple[object, ...]:
@@ -88,6 +94,8 @@ class Found:
     parts: tuple[object, ...]
     key: str | None  # the routes key it was found under; None for an r3wire.routes envelope under another key
     context: _Context  # the holder (the innermost object), then outward to the enclosing list item
+    # The object holding that enclosing list (a chat response holding its choices), then outward in the same way.
+    outer: _Context = None
 
     @property
     def holder(self) -> Mapping[str, Any] | None:
@@ -96,10 +104,17 @@ class Found:
 
     def around(self) -> Iterator[tuple[Mapping[str, Any], _Link]]:
         """The objects from the holder outward to the enclosing list item, each with its path as a link."""
-        context = self.context
-        while context is not None:
-            context, obj, link = context
-            yield obj, link
+        return _walk_out(self.context)
+
+    def outside(self) -> Iterator[tuple[Mapping[str, Any], _Link]]:
+        """The objects around the list that holds the choice (the response holding ``choices``), nearest first."""
+        return _walk_out(self.outer)
+
+
+def _walk_out(context: _Context) -> Iterator[tuple[Mapping[str, Any], _Link]]:
+    while context is not None:
+        context, obj, link = context
+        yield obj, link
 
 
 def _is_routes_envelope(node: Mapping[str, Any]) -> bool:
@@ -111,31 +126,33 @@ def find_routes(root: object) -> Iterator[Found]:
     """Every routes field of ``root`` in document order (the routes values themselves are not entered)."""
     # An explicit stack (parsed bodies may nest deeper than the recursion limit), pushed in reverse so items come
     # off it in document order; a routes field is an item of its own so it keeps its place among its siblings.
-    stack: list[tuple[bool, Any, _Link, str | None, _Context]] = [(False, root, None, None, None)]
+    stack: list[_Item] = [(False, root, None, None, None, None)]
     while stack:
-        is_field, node, link, key, context = stack.pop()
+        is_field, node, link, key, context, outer = stack.pop()
         if is_field:
-            yield Found(node, _parts(link), key, context)
+            yield Found(node, _parts(link), key, context, outer)
             continue
         if isinstance(node, Mapping):
             if _is_routes_envelope(node):
-                yield Found(node, _parts(link), None, context)
+                yield Found(node, _parts(link), None, context, outer)
                 continue
             inner = (context, node, link)
-            children: list[tuple[bool, Any, _Link, str | None, _Context]] = []
+            children: list[_Item] = []
             for child_key, item in node.items():
                 if child_key in ROUTES_FIELDS:
                     if item is not None:  # vLLM sends null when capture is off
-                        children.append((True, item, (link, child_key), child_key, inner))
+                        children.append((True, item, (link, child_key), child_key, inner, outer))
                 elif isinstance(item, (Mapping, list, tuple)) and child_key not in _NO_ROUTES_KEYS:
-                    children.append((False, item, (link, child_key), None, inner))
+                    children.append((False, item, (link, child_key), None, inner, outer))
             stack.extend(reversed(children))
         elif isinstance(node, (list, tuple)):  # an in-process document may build its arrays as tuples
             if len(node) >= _LONG_LIST and not _CONTAINERS.intersection(map(type, node)):
                 continue
-            # A list starts a new context: one choice's token ids never belong to its sibling's routes.
+            # A list starts a new context: one choice's token ids never belong to its sibling's routes. What holds
+            # the list stays reachable as `outer`, for what a response shares among its choices (vLLM chat's prompt).
+            shared = context if context is not None else outer
             stack.extend(
-                (False, item, (link, i), None, None)
+                (False, item, (link, i), None, None, shared)
                 for i, item in reversed(list(enumerate(node)))
                 if isinstance(item, (Mapping, list, tuple))
             )
@@ -149,48 +166,89 @@ def relocated(error: R3WireError, where: Sequence[object] | str) -> R3WireError:
     return _relocate(error, path, prefix="" if index else None)
 
 
-def beside_routes(
-    found: Found, *, max_elements: int | None = None
-) -> tuple[np.ndarray[Any, Any] | None, ClampResult | None]:
-    """The token ids and sampled logprobs beside ``found`` (each from the nearest object that has them), aligned.
+class Beside(NamedTuple):
+    """What a response carries beside one routes field (each ``None`` where it carries none)."""
 
-    Token ids are read as int64; logprobs as in :func:`_read_logprobs`, clamped. When both are there, the logprobs must
-    be one per token id: a shorter or longer list would put every logprob on the wrong token of a trainer's
-    batch. The one shape that legitimately holds more is an echo (vLLM completions with ``echo``): its logprobs
-    cover ``prompt_token_ids`` (beside the token ids) and then the token ids, and only the token ids' own, the
-    last ones, are returned. SGLang's ``[logprob, token_id, text]`` entries must name the token id they pair with.
+    token_ids: np.ndarray[Any, Any] | None  # the completion's: vLLM token_ids, SGLang output_ids
+    prompt_token_ids: np.ndarray[Any, Any] | None
+    logprobs: ClampResult | None
+    token_ids_parts: tuple[object, ...] = ()  # where the token ids were read, for errors
+    prompt_parts: tuple[object, ...] = ()
+
+
+def beside_routes(found: Found, *, max_elements: int | None = None) -> Beside:
+    """The token ids, prompt token ids and sampled logprobs beside ``found`` (each from the nearest object that has
+    them), the logprobs aligned to the token ids.
+
+    Token ids are read as int64, by one reader for both; logprobs as in :func:`_read_logprobs`, clamped. The
+    token ids and logprobs come from the objects from the holder out to the choice; ``prompt_token_ids`` from those
+    too (a vLLM completions choice, an SGLang ``/generate`` body), and else from the objects around the list of
+    choices (a vLLM chat response, whose prompt all its choices share). When token ids and logprobs are both
+    there, the logprobs must be one per token id: a shorter or longer list would put every logprob on the wrong
+    token of a trainer's batch. The one shape that legitimately holds more is an echo (vLLM completions with
+    ``echo``): its logprobs cover ``prompt_token_ids`` (beside the token ids, in the same object) and then the
+    token ids, and only the token ids' own, the last ones, are returned. SGLang's ``[logprob, token_id, text]``
+    entries must name the token id they pair with.
 
     Raises:
-        DecodeError: a field is malformed, the logprobs are not one per token id, or an SGLang entry names another
-            token id; the field is the JSONPath of the logprobs (or of the entry's token id).
+        DecodeError: a field is malformed or holds more ids than ``max_elements``, the logprobs are not one per
+            token id, or an SGLang entry names another token id; the field is the JSONPath of the logprobs (or of
+            the entry's token id, or of the malformed field).
     """
     ids = _near_token_ids(found, max_elements)
+    prompt = _near_prompt_ids(found, max_elements)
     near = _near_logprobs(found, max_elements)
+    prompt_ids, prompt_parts = (None, ()) if prompt is None else (prompt[0], prompt[1])
     if ids is None or near is None:
-        return (None if ids is None else ids[0]), (None if near is None else near.result)
+        token_ids, ids_parts = (None, ()) if ids is None else (ids[0], ids[1])
+        result = None if near is None else near.result
+        return Beside(token_ids, prompt_ids, result, ids_parts, prompt_parts)
     token_ids, ids_parts, holder = ids
     count, total = len(token_ids), len(near.result.values)
     result, skip = near.result, 0
     if total != count:
-        prompt = holder.get(KEY_PROMPT_TOKEN_IDS)
-        prompt_ids = None
-        if prompt is not None:
-            prompt_ids = _token_ids(prompt, (*ids_parts[:-1], KEY_PROMPT_TOKEN_IDS), max_elements)
-        if prompt_ids is None or total != len(prompt_ids) + count:
+        # Only a prompt in the token ids' own object is echoed (vLLM completions); a chat response's is not.
+        echoed = prompt_ids if prompt is not None and prompt[2] is holder else None
+        if echoed is None or total != len(echoed) + count:
             expected = f"one logprob per token id ({count} at {_path(ids_parts)}"
-            if prompt_ids is not None:
-                expected += f", or {len(prompt_ids)} + {count} with the echoed prompt_token_ids"
+            if echoed is not None:
+                expected += f", or {len(echoed)} + {count} with the echoed prompt_token_ids"
             got = f"{total} logprob{'' if total == 1 else 's'}"
             raise DecodeError.make(_path(near.parts), expected + ")", got, raw=True)
         # An echo: the prompt's logprobs first (vLLM completions, echo=true), then the token ids' own. Read again
         # without the prompt's, so num_clamped counts only what is returned (the same value read whole above).
-        skip = len(prompt_ids)
+        skip = len(echoed)
         reread = _read_logprobs(near.key, near.value, max_elements, skip=skip)
         if reread is not None:
             result = reread.result
     if near.key == KEY_SGLANG_LOGPROBS:
         _check_entry_ids(near.value, skip, token_ids, near.parts, ids_parts)
-    return token_ids, result
+    return Beside(token_ids, prompt_ids, result, ids_parts, prompt_parts)
+
+
+def check_call_fits(rows: int, start: int | None, beside: Beside, routes_parts: tuple[object, ...]) -> None:
+    """Hold routes to the engine call that ``beside``'s token ids make (prompt + completion), when both are there.
+
+    Row ``r`` is the routing at position ``start + r`` of the call, so a call of ``n`` tokens has at most ``n``
+    rows from position 0 (the engines send ``n - 1``: the last sampled token is never forwarded). More rows than
+    that cannot belong to the call: the body's routes and token ids are misaligned.
+
+    Raises:
+        DecodeError: ``start + rows`` exceeds the call's token count; the field is the routes' JSONPath.
+    """
+    if beside.token_ids is None or beside.prompt_token_ids is None:
+        return
+    prompt, completion = len(beside.prompt_token_ids), len(beside.token_ids)
+    tokens, first = prompt + completion, start or 0
+    if first + rows <= tokens:
+        return
+    expected = (
+        f"rows that fit the call: start + rows <= {tokens} tokens ({prompt} at {_path(beside.prompt_parts)} + "
+        f"{completion} at {_path(beside.token_ids_parts)}; engines send one row fewer, the last sampled token is "
+        "never forwarded)"
+    )
+    got = f"start {first} + {rows} rows = {first + rows}" if first else f"{rows} rows"
+    raise relocated(DecodeError.make(None, expected, got, raw=True), routes_parts)
 
 
 def _check_entry_ids(
@@ -223,7 +281,22 @@ def _near_token_ids(
     return None
 
 
+def _near_prompt_ids(
+    found: Found, max_elements: int | None
+) -> tuple[np.ndarray[Any, Any], tuple[object, ...], Mapping[str, Any]] | None:
+    """The nearest ``prompt_token_ids`` around ``found``, else around its list of choices: the array, its path parts
+    and the object holding it."""
+    for obj, link in itertools.chain(found.around(), found.outside()):
+        value = obj.get(KEY_PROMPT_TOKEN_IDS)
+        if value is not None:  # vLLM sends null without return_token_ids
+            parts = (*_parts(link), KEY_PROMPT_TOKEN_IDS)
+            return _token_ids(value, parts, max_elements), parts, obj
+    return None
+
+
 def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | None) -> np.ndarray[Any, Any]:
+    """The one reader of token ids (completion and prompt alike): a list of integers in ``0 .. 2**63 - 1`` or an
+    r3wire ``dumps`` integer array, as int64, at most ``max_elements`` of them."""
     if isinstance(value, Mapping) and value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # an r3wire dumps body
         try:
             array = decode_array(value, max_elements=max_elements)
@@ -238,14 +311,25 @@ def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | Non
         return array.astype(np.int64)
     if not isinstance(value, list):
         raise relocated(DecodeError.make(None, "a list of token ids", type(value).__name__, raw=True), parts)
+    if max_elements is not None and len(value) > max_elements:
+        raise relocated(
+            DecodeError.make(None, f"at most max_elements={max_elements} token ids", f"{len(value)}", raw=True), parts
+        )
     if not set(map(type, value)) <= {int}:
         index = next(i for i, x in enumerate(value) if type(x) is not int)
         raise relocated(DecodeError.make(f"[{index}]", "a token id (an integer)", value[index]), parts)
-    if value and (min(value) < 0 or max(value) > _INT64_MAX):
-        bad = min(value) if min(value) < 0 else max(value)
-        index = value.index(bad)
-        raise relocated(DecodeError.make(f"[{index}]", "a token id in 0..2**63-1", bad), parts)
-    return np.array(value, dtype=np.int64)
+    # NumPy converts and bounds the ids in C (a 32k-token prompt in about half the time of Python's min and max);
+    # only a list it refuses, or one holding a negative id, is searched for the id to name.
+    try:
+        ids = np.array(value, dtype=np.int64)
+        fits = not ids.size or int(ids.min()) >= 0
+    except OverflowError:
+        fits = False
+    if not fits:
+        low = min(value)
+        bad = low if low < 0 else max(value)
+        raise relocated(DecodeError.make(f"[{value.index(bad)}]", "a token id in 0..2**63-1", bad), parts)
+    return ids
 
 
 @dataclass(frozen=True, slots=True)
