@@ -119,7 +119,10 @@ class ReadResult:
                 "a response without them",
                 raw=True,
             )
-        return np.concatenate((self.prompt_token_ids, self.token_ids)).astype(np.int64, copy=False)
+        call: np.ndarray[Any, Any] = np.concatenate((self.prompt_token_ids, self.token_ids)).astype(
+            np.int64, copy=False
+        )
+        return call
 
     def route_mask(self) -> np.ndarray[Any, Any]:
         """A bool ``[rows, layers, top_k]`` array, true where ``routes`` holds a replayable expert id: false in

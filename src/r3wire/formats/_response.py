@@ -321,7 +321,7 @@ def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | Non
     # NumPy converts and bounds the ids in C (a 32k-token prompt in about half the time of Python's min and max);
     # only a list it refuses, or one holding a negative id, is searched for the id to name.
     try:
-        ids = np.array(value, dtype=np.int64)
+        ids: np.ndarray[Any, Any] = np.array(value, dtype=np.int64)
         fits = not ids.size or int(ids.min()) >= 0
     except OverflowError:
         fits = False
