@@ -207,6 +207,22 @@ def test_inspect_a_whole_response_as_text(tmp_path: Path, capsys: pytest.Capture
     assert "1 clamped" in out
 
 
+def test_dtype_reads_a_whole_sglang_body_without_routed_experts_dtype(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SGLang's OpenAI sgl_ext (and dynamo's nvext) forward the routes but not routed_experts_dtype.
+    routes = ROUTES[:6].astype(np.uint8)
+    body = {"choices": [{"index": 0, "sgl_ext": {"routed_experts": base64.b64encode(routes.tobytes()).decode()}}]}
+    path = _file(tmp_path, body)
+    shape = ["--num-layers", "4", "--top-k", "2"]
+    assert main(["inspect", "--json", *shape, "--dtype", "uint8", path]) == 0
+    (found,) = orjson.loads(capsys.readouterr().out)
+    assert (found["path"], found["shape"]) == ("$.choices[0].sgl_ext.routed_experts", [6, 4, 2])
+    assert main(["convert", *shape, "--dtype", "uint8", path]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert np.array_equal(decode_routes(orjson.loads(line)), routes)
+
+
 def test_inspect_shows_num_experts_and_bits(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _file(tmp_path, encode_routes(ROUTES, num_experts=64, pack_bits=True))
     assert main(["inspect", "--json", path]) == 0

@@ -65,9 +65,11 @@ def _read_input(args: argparse.Namespace) -> tuple[list[Any], int, bool]:
     raw = _read_stdin(args.max_input_bytes) if args.file == "-" else _read_file(args.file, args.max_input_bytes)
     _check_text(raw, _input_name(args.file))
     payload = load_payload(raw)
-    if args.format == "auto" and args.dtype is None and isinstance(payload, (str, bytes)) and _is_json(payload):
+    if args.format == "auto" and isinstance(payload, (str, bytes)) and _is_json(payload):
+        # --dtype reaches read_response too: SGLang bodies whose routes come without routed_experts_dtype
+        # (sgl_ext, dynamo's nvext) are read in it; other formats carry their own.
         results = formats.read_response(
-            payload, num_layers=args.num_layers, top_k=args.top_k, num_experts=args.num_experts
+            payload, num_layers=args.num_layers, top_k=args.top_k, num_experts=args.num_experts, dtype=args.dtype
         )
         # A bare envelope is found at "$": it is one payload, not a response.
         if any(result.path != "$" for result in results):
