@@ -339,3 +339,24 @@ def test_loads_of_a_parsed_document_reads_a_str_subclass_schema_by_its_character
     got = r3wire.loads({"choices": [{"routed_experts": envelope}]})["choices"][0]["routed_experts"]
     assert isinstance(got, np.ndarray)
     assert got.tolist() == [[[1, 2]]]
+
+
+def test_error_paths_stay_short_for_long_keys_and_deep_documents() -> None:
+    from r3wire import formats
+
+    key = "k" * 100_000
+    with pytest.raises(r3wire.DecodeError) as info:
+        formats.read_response({"choices": [{key: {"routed_experts": "@@@"}}]}, num_layers=1, top_k=1)
+    assert info.value.field == '$.choices[0]["' + "k" * 61 + '..." (100000 characters)].routed_experts'
+    assert len(str(info.value)) < 400
+    deep: dict[str, Any] = {"routed_experts": [[[-1, "x"]]]}
+    for _ in range(60):
+        deep = {"a": deep}
+    with pytest.raises(r3wire.DecodeError) as info:
+        formats.read_response(deep)
+    assert info.value.field is not None
+    assert info.value.field.startswith("$" + ".a" * 16 + "...(29 more)" + ".a" * 15 + ".routed_experts")
+    # The exact keys stay available where a result is returned.
+    (found,) = formats.read_response({key: {"routed_experts": [[[1]]]}})
+    assert found.parts == (key, "routed_experts")
+    assert found.path == f"$.{key}.routed_experts"

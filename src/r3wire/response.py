@@ -26,7 +26,7 @@ import operator
 import os
 import re
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import numpy as np
 import orjson
@@ -38,7 +38,7 @@ from r3wire._envelope import build_envelope
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._validate import as_text, optional_max_elements, plain_str
 from r3wire.arrays import array_wire, decode_array
-from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
+from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.logprobs import LOGPROB_FLOOR, as_float_array, clamp_logprobs, decode_logprobs, logprobs_wire
 from r3wire.routes import decode_routes, routes_wire
 from r3wire.schema import (
@@ -103,17 +103,40 @@ class _PathError(Exception):
         self.parts = list(parts)
 
 
-def _path(parts: Sequence[object]) -> str:
-    """A JSONPath-like location: ``$.choices[0].routed_experts``; other keys quoted as JSON, ``$["a b"]``."""
+# A path names where a problem is; it must not grow an error message without bound (a 100 KB key, a document
+# nested a thousand deep). Longer keys and paths are shortened visibly; ReadResult.parts keeps the exact keys.
+_MAX_KEY: Final = 64
+_MAX_PARTS: Final = 32
+
+
+def _path(parts: Sequence[object], *, exact: bool = False) -> str:
+    """A JSONPath-like location: ``$.choices[0].routed_experts``; other keys quoted as JSON, ``$["a b"]``.
+
+    For an error message (the default), a key over 64 characters is cut (``["abc..." (100000 characters)]``) and
+    a path over 32 parts keeps its first and last 16 around ``...(n more)``. ``exact`` writes every key in full.
+    """
+    shown: Sequence[object] = parts
+    if len(parts) > _MAX_PARTS and not exact:
+        half = _MAX_PARTS // 2
+        shown = [*parts[:half], _Elided(len(parts) - 2 * half), *parts[-half:]]
     out = ["$"]
-    for part in parts:
-        if isinstance(part, str):
-            out.append(f".{part}" if part.isidentifier() else f"[{orjson.dumps(part).decode()}]")
+    for part in shown:
+        if isinstance(part, _Elided):
+            out.append(f"...({part.parts} more)")
+        elif isinstance(part, str):
+            if len(part) > _MAX_KEY and not exact:
+                out.append(f"[{orjson.dumps(part[: _MAX_KEY - 3] + '...').decode()} ({len(part)} characters)]")
+            else:
+                out.append(f".{part}" if part.isidentifier() else f"[{orjson.dumps(part).decode()}]")
         elif isinstance(part, int) and not isinstance(part, bool):
             out.append(f"[{part}]")
         else:  # a non-string key (orjson.OPT_NON_STR_KEYS)
-            out.append(f"[{part!r}]")
+            out.append(f"[{part!r}]" if exact else f"[{describe(part)}]")
     return "".join(out)
+
+
+class _Elided(NamedTuple):
+    parts: int
 
 
 def _relocate(error: R3WireError, path: str, prefix: str | None = None) -> R3WireError:
@@ -490,7 +513,7 @@ class _Writer:
             array, _ = as_float_array(value, field="logprobs", half=False)  # encode_logprobs' dtypes
             result = clamp_logprobs(array)
             if result.num_clamped:
-                self.clamped.append(_Clamped(_path(self.path), result.num_clamped, array.size))
+                self.clamped.append(_Clamped(_path(self.path, exact=True), result.num_clamped, array.size))
             value = result.values
         wire, name = logprobs_wire(value)
         if not self.splice or wire.nbytes < _SPLICE_MIN_BYTES:

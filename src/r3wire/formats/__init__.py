@@ -633,7 +633,7 @@ def read_response(
         results.append(
             dataclasses.replace(
                 result,
-                path=_path(found.parts),
+                path=_path(found.parts, exact=True),
                 parts=found.parts,
                 token_ids=beside.token_ids,
                 prompt_token_ids=beside.prompt_token_ids,
