@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -339,3 +340,23 @@ def test_loads_of_a_parsed_document_reads_a_str_subclass_schema_by_its_character
     got = r3wire.loads({"choices": [{"routed_experts": envelope}]})["choices"][0]["routed_experts"]
     assert isinstance(got, np.ndarray)
     assert got.tolist() == [[[1, 2]]]
+
+
+@pytest.mark.parametrize(
+    "value", [np.timedelta64(5, "s"), np.timedelta64("NaT"), np.timedelta64(5, "ns"), np.datetime64("2020-01-01")]
+)
+def test_timedelta64_and_datetime64_scalars_are_refused_at_their_path(value: Any) -> None:
+    # np.timedelta64 is an np.signedinteger: int() of it raised TypeError, or dropped the unit ("ns" came out as 5).
+    writers: tuple[Callable[[Any], bytes], ...] = (r3wire.dumps, lambda doc: b"".join(r3wire.iter_dumps(doc)))
+    for write in writers:
+        with pytest.raises(r3wire.EncodeError) as info:
+            write({"latency": [value]})
+        assert info.value.field == "$.latency[0]"
+        assert "JSON-serializable" in str(info.value)
+    # Nor is one an integer or a logprob where values are read.
+    with pytest.raises(r3wire.R3WireError):
+        r3wire.read_logprobs_content({"content": [{"logprob": value}]})
+    with pytest.raises(r3wire.R3WireError):
+        r3wire.encode_logprobs([value])
+    with pytest.raises(r3wire.R3WireError):
+        r3wire.formats.read([[[value, 1]]])

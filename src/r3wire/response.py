@@ -321,8 +321,8 @@ class _Blob:
         # One sum is a fast test (NaN and infinities propagate); only a sum that is not finite, which an overflow
         # of finite values can also give, is searched for the value to name.
         with np.errstate(over="ignore", invalid="ignore"):
-            total = np.add.reduce(piece)
-        if np.isfinite(total):
+            total = float(piece.sum())
+        if math.isfinite(total):
             return
         finite = np.isfinite(piece)
         if finite.all():
@@ -442,13 +442,29 @@ class _Writer:
     def _scalar(self, value: np.generic) -> Any:
         if isinstance(value, np.bool_):
             return bool(value)
+        if isinstance(value, np.timedelta64):
+            # An np.signedinteger: int() of it raised TypeError (seconds, NaT) or dropped the unit (ns).
+            raise self._not_json(value)
         if isinstance(value, np.integer):
             return int(value)
         if isinstance(value, np.floating) and value.dtype.itemsize <= 8:  # float16/32/64 are exact as doubles
             return self._float(float(value))
         if isinstance(value, np.str_):
             return str(value)
-        return value  # orjson refuses it with a message naming the type
+        if isinstance(value, np.datetime64) and self.option & orjson.OPT_SERIALIZE_NUMPY:
+            return value  # orjson writes it as an RFC 3339 string (or refuses it)
+        raise self._not_json(value)
+
+    def _not_json(self, value: np.generic) -> _PathError:
+        # What orjson would refuse with a message naming only the type, named here at its path.
+        return self._fail(
+            EncodeError.make(
+                None,
+                "JSON-serializable (a NumPy bool, integer, float16/32/64 or str scalar; convert a timedelta64, "
+                "datetime64, complex, longdouble, bytes or void value first)",
+                value,
+            )
+        )
 
     def _dataclass(self, value: Any) -> Any:
         """A dataclass instance as the object orjson writes for it, so that its members are checked like a dict's."""

@@ -411,3 +411,52 @@ def test_logprobs_changed_before_streaming_are_sent_exactly_or_refused(
     back = r3wire.loads(body)["logprobs"]
     assert np.array_equal(back, logprobs) or np.array_equal(back, before)
     assert np.isfinite(back).all()
+
+
+# Every kind of NumPy scalar an in-process document may hold (np.timedelta64 is an np.signedinteger: int() of it
+# raised TypeError or dropped the unit).
+SCALAR_DTYPES = [
+    "?", "i1", "u1", "<i2", "<u4", "<i8", "<u8", "<f2", "<f4", "<f8", "g", "c8", "c16",
+    "m8", "m8[ns]", "m8[s]", "m8[D]", "M8[ns]", "M8[s]", "M8[D]", "S3", "U3",
+]  # fmt: skip
+SCALARS = st.one_of(
+    st.sampled_from(SCALAR_DTYPES).flatmap(
+        lambda name: hnp.from_dtype(np.dtype(name)).map(lambda x: np.array(x, dtype=np.dtype(name))[()])
+    ),
+    st.binary(min_size=1, max_size=4).map(np.void),
+)
+
+
+def _written(doc: Any, option: int | None) -> bytes | EncodeError:
+    try:
+        return r3wire.dumps(doc, option=option)
+    except EncodeError as exc:
+        return exc
+
+
+@given(SCALARS, st.sampled_from([None, orjson.OPT_SERIALIZE_NUMPY]))
+def test_numpy_scalars_are_written_exactly_or_refused_at_their_path(scalar: Any, option: int | None) -> None:
+    assert isinstance(scalar, np.generic)
+    doc = {"k": [scalar]}
+    body = _written(doc, option)
+    if isinstance(body, EncodeError):
+        assert not isinstance(scalar, (np.bool_, np.str_))
+        # orjson's own refusal of a datetime64 it was asked to write (NaT, some units) is at "$".
+        assert body.field == "$.k[0]" or (isinstance(scalar, np.datetime64) and option is not None)
+        return
+    assert b"".join(r3wire.iter_dumps(doc, option=option)) == body
+    (value,) = orjson.loads(body)["k"]
+    assert not isinstance(scalar, np.timedelta64)  # no JSON value carries its unit
+    if isinstance(scalar, np.datetime64):
+        assert option is not None  # orjson's own RFC 3339 string
+        assert isinstance(value, str)
+    elif isinstance(scalar, np.bool_):
+        assert value is bool(scalar)
+    elif isinstance(scalar, np.integer):
+        assert type(value) is int
+        assert value == int(scalar)
+    elif isinstance(scalar, np.floating):
+        assert value == float(scalar)
+    else:
+        assert isinstance(scalar, np.str_)
+        assert value == str(scalar)

@@ -24,6 +24,7 @@ from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.logprobs import (
     _EXACT_FLOAT_TYPES,
+    _REJECTED_TYPES,
     LOGPROB_FLOOR,
     ClampResult,
     _clamp,
@@ -392,9 +393,9 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
             if not isinstance(entry, (list, tuple)) or not entry:
                 raise DecodeError.make(f"[{i}]", "a [logprob, token_id, ...] list", entry)
             append(entry[0])
-        return _Read(_numbers(numbers[skip:]), ())
+        return _Read(_numbers(numbers[skip:] if skip else numbers), ())
     if isinstance(value, (list, tuple)):
-        return _Read(_numbers(value[skip:]), ())
+        return _Read(_numbers(value[skip:] if skip else value), ())
     if not isinstance(value, Mapping):
         raise DecodeError.make(None, "a logprobs object or list", type(value).__name__, raw=True)
     if value.get(KEY_SCHEMA) == LOGPROBS_SCHEMA.name:
@@ -464,7 +465,7 @@ def _number(value: object, index: int) -> float:
         return math.nan
     if isinstance(value, _EXACT_FLOAT_TYPES):
         return float(value)
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+    if isinstance(value, (int, np.integer)) and not isinstance(value, _REJECTED_TYPES):
         number = _int_as_float(value)
         if number is not None:
             return number
