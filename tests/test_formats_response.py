@@ -648,3 +648,13 @@ def test_logprob_lists_refuse_what_the_content_form_refuses(bad: Any) -> None:
     assert (
         str(listed.value) == f"$.choices[0].logprobs[2] must be a number or null (a logprob), got {content.value.got}"
     )
+
+
+def test_float16_logprobs_are_clamped_to_the_float16_value_nearest_the_floor() -> None:
+    # An older dumps body wrote logprobs as r3wire.array, float16 included: -9999.0 is no float16 value.
+    body = {"choices": [{"routed_experts": R3, "logprobs": np.array([np.nan, -0.5, -np.inf], np.float16)}]}
+    (result,) = read_response(r3wire.dumps(body, logprobs_keys=()))
+    assert result.logprobs is not None
+    assert result.logprobs.dtype == np.float16
+    assert result.logprobs.tolist() == [-10000.0, -0.5, -10000.0]
+    assert result.num_clamped == 2
