@@ -850,9 +850,10 @@ def iter_dumps(
     its chunk is produced is sent as it is then, after the same checks again on each chunk: a routes id that is
     negative or no longer fits the wire dtype chosen at the call (or routes that no longer need that dtype), or a
     logprob that is no longer finite, makes the iterator raise ``EncodeError`` naming the element, never a wrapped
-    or refused value on the wire. Bit-packed routes, clamped logprobs, small arrays and arrays that needed a copy
-    (another byte order or memory layout) are snapshots taken at the call. Shapes and dtypes are fixed at the
-    call. Writing an array from another thread while a chunk of it is being produced is a data race: don't.
+    or refused value on the wire. Bit-packed routes, clamped logprobs, small arrays and arrays the call had to copy
+    (routes that are not C-contiguous, logprobs in another byte order or layout) are snapshots taken at the call.
+    Shapes and dtypes are fixed at the call. Writing an array from another thread while a chunk of it is being
+    produced is a data race: don't.
 
     Args:
         obj: the document, e.g. ``{"choices": [{"routed_experts": array, "logprobs": array, ...}], ...}``.
