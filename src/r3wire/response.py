@@ -565,7 +565,9 @@ class _Writer:
             return build_envelope(wire_ids(plan), plan.dtype, ROUTES_SCHEMA, extra)
         convert = not same_bytes(source.dtype, wire_dtype)
         # iter_dumps reads a view of the caller's ids later: ids checked here are checked again as they stream
-        # (with num_experts they are checked only then). Unsigned bytes into uint8 can break no rule.
+        # (with num_experts they are checked only then). Unsigned bytes into uint8 can break no rule. Measured
+        # (int32 sources, chunk production alone, min of 7): one more in-cache max per piece, W1 0.33 -> 0.60 ms,
+        # K2 4.4 -> 6.2 ms; with num_experts nothing is read twice.
         recheck = (
             _RECHECK_IDS
             if plan.unchecked_bound is None
