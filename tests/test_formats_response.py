@@ -536,3 +536,125 @@ def test_results_carry_their_path_as_parts_to_pair_them_with_choices() -> None:
     assert result.parts == ("choices", 1, "routed_experts")
     assert body["choices"][result.parts[1]]["index"] == 1  # type: ignore[index]
     assert read(routes).parts == ()
+
+
+R3 = np.zeros((3, 2, 2), np.uint8)
+R3[..., 1] = 1
+
+
+@pytest.mark.parametrize("encode", [r3wire.encode_logprobs, r3wire.encode_array])
+@pytest.mark.parametrize("logprobs", [np.array(-0.5), -np.ones((4, 5)), -np.ones((4, 1)), -np.ones((2, 2, 1))])
+def test_logprobs_envelopes_must_be_one_per_token(encode: Any, logprobs: np.ndarray[Any, Any]) -> None:
+    # A 0-d value leaked IndexError; a [tokens, k] array passed "one logprob per token id" by its first axis.
+    for beside in ({"token_ids": list(range(4))}, {}):
+        body = {"choices": [{"routed_experts": R3.tolist(), "logprobs": encode(logprobs), **beside}]}
+        with pytest.raises(DecodeError) as info:
+            read_response(body)
+        assert info.value.field == "$.choices[0].logprobs"
+        assert str(info.value) == (
+            "$.choices[0].logprobs must be a 1-d array of sampled logprobs (one per token), "
+            f"got shape {list(logprobs.shape)}"
+        )
+
+
+def test_a_zero_d_logprobs_envelope_is_an_error_on_the_command_line(tmp_path: Path) -> None:
+    from r3wire.cli import main
+
+    path = tmp_path / "zero_d.json"
+    path.write_bytes(r3wire.dumps({"choices": [{"routed_experts": R3, "logprobs": np.array(-0.5)}]}))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        assert main(["inspect", str(path)]) == 2
+    assert "must be a 1-d array of sampled logprobs" in err.getvalue()
+    assert "internal error" not in err.getvalue()
+
+
+def test_tuples_are_read_where_lists_are_for_token_ids_and_logprobs() -> None:
+    # An in-process document may build its arrays as tuples (the walker enters them, dumps writes them as lists).
+    values = [-1.0, None, -0.5, 2]
+    for logprobs in (values, {"token_logprobs": values}):
+        as_lists = {"choices": [{"routed_experts": R3.tolist(), "token_ids": [1, 2, 3, 4], "logprobs": logprobs}]}
+        tupled = {
+            "choices": (
+                {
+                    "routed_experts": R3.tolist(),
+                    "token_ids": (1, 2, 3, 4),
+                    "logprobs": tuple(values) if isinstance(logprobs, list) else {"token_logprobs": tuple(values)},
+                },
+            )
+        }
+        (want,) = read_response(as_lists)
+        (got,) = read_response(tupled)
+        assert got.token_ids is not None
+        assert got.logprobs is not None
+        assert got.token_ids.tolist() == [1, 2, 3, 4]
+        assert got.logprobs.tolist() == [-1.0, -9999.0, -0.5, 2.0]
+        assert got.num_clamped == want.num_clamped == 1
+    sglang = {
+        "output_ids": (5, 6),
+        "meta_info": {
+            "routed_experts": write(R3[:1], "sglang"),
+            "output_token_logprobs": ((-1.0, 5, "a"), (None, 6, "b")),
+        },
+    }
+    (result,) = read_response(sglang, num_layers=2, top_k=2)
+    assert result.logprobs is not None
+    assert result.logprobs.tolist() == [-1.0, -9999.0]
+    # A routes value is read by its format: nested lists must be lists (refused, never misread, as a tuple).
+    with pytest.raises(DecodeError, match="got tuple"):
+        read_response({"choices": [{"routed_experts": tuple(map(tuple, R3[0].tolist()))}]})
+
+
+LIST_VALUES = [
+    [-0.5, None, float("nan"), float("inf"), -float("inf"), 0.0, -0.0],
+    [np.float32(-0.25), np.float16(-1.5), np.float64(-2.0), 3, np.int64(-4), 2**53, None],
+    [],
+]
+BAD_VALUES = [True, np.bool_(False), "x", 2**53 + 1, np.int64(2**62 + 1), [1.0], {"logprob": 1.0}, np.longdouble(1)]
+
+
+@pytest.mark.parametrize("values", LIST_VALUES)
+def test_logprob_lists_read_as_their_content_form(values: list[Any]) -> None:
+    # A list and SGLang entries are read straight into a float array (no dict per token): the same values, count
+    # and floor as the content form's reader.
+    content = r3wire.read_logprobs_content({"content": [{"logprob": x} for x in values]})
+    ids = {"token_ids": list(range(len(values)))}
+    forms = [
+        {"choices": [{"routed_experts": R3.tolist(), **ids, "logprobs": values}]},
+        {"choices": [{"routed_experts": R3.tolist(), **ids, "logprobs": {"token_logprobs": values}}]},
+        {
+            "output_ids": ids["token_ids"],
+            "meta_info": {"routed_experts": write(R3, "sglang"), "output_token_logprobs": [[x] for x in values]},
+        },
+    ]
+    for body in forms:
+        (result,) = read_response(body, num_layers=2, top_k=2)
+        assert result.logprobs is not None
+        assert result.logprobs.dtype == np.float64
+        assert result.logprobs.tobytes() == content.values.tobytes()
+        assert result.num_clamped == content.num_clamped
+
+
+@pytest.mark.parametrize("bad", BAD_VALUES, ids=repr)
+def test_logprob_lists_refuse_what_the_content_form_refuses(bad: Any) -> None:
+    values = [-0.5, None, bad, -1.0]
+    with pytest.raises(DecodeError) as content:
+        r3wire.read_logprobs_content({"content": [{"logprob": x} for x in values]})
+    body = {"choices": [{"routed_experts": R3.tolist(), "logprobs": values}]}
+    with pytest.raises(DecodeError) as listed:
+        read_response(body)
+    assert listed.value.field == "$.choices[0].logprobs[2]"
+    assert listed.value.got == content.value.got
+    assert (
+        str(listed.value) == f"$.choices[0].logprobs[2] must be a number or null (a logprob), got {content.value.got}"
+    )
+
+
+def test_float16_logprobs_are_clamped_to_the_float16_value_nearest_the_floor() -> None:
+    # An older dumps body wrote logprobs as r3wire.array, float16 included: -9999.0 is no float16 value.
+    body = {"choices": [{"routed_experts": R3, "logprobs": np.array([np.nan, -0.5, -np.inf], np.float16)}]}
+    (result,) = read_response(r3wire.dumps(body, logprobs_keys=()))
+    assert result.logprobs is not None
+    assert result.logprobs.dtype == np.float16
+    assert result.logprobs.tolist() == [-10000.0, -0.5, -10000.0]
+    assert result.num_clamped == 2

@@ -141,3 +141,41 @@ def _peak(call: Any) -> int:
         return int(tracemalloc.get_traced_memory()[1])
     finally:
         tracemalloc.stop()
+
+
+def test_arrays_changed_before_they_stream_are_checked_again() -> None:
+    # An engine reusing its buffer before the body is streamed: the ids were checked (and uint8 chosen) at the call.
+    routes = (np.arange(600000).reshape(-1, 1, 2) % 100).astype(np.int32)
+    chunks = r3wire.iter_dumps({"routed_experts": routes})
+    routes[5, 0, 0] = 300  # was wrapped to 44
+    with pytest.raises(EncodeError) as info:
+        b"".join(chunks)
+    assert info.value.field == "$.routed_experts[5, 0, 0]"
+    assert info.value.got == "300"
+    routes[5, 0, 0] = 5
+    chunks = r3wire.iter_dumps({"routed_experts": routes})
+    routes[5, 0, 0] = -3  # was wrapped to 253
+    with pytest.raises(EncodeError, match="non-negative") as negative:
+        b"".join(chunks)
+    assert negative.value.field == "$.routed_experts[5, 0, 0]"
+    routes[5, 0, 0] = 5
+    chunks = r3wire.iter_dumps({"routed_experts": routes})
+    routes[6, 0, 0] = 99  # a change that breaks no rule is sent as it is when streamed
+    assert np.array_equal(r3wire.loads(b"".join(chunks))["routed_experts"], routes)
+    # int16 chosen for the largest id; without it the ids need only uint8, which a receiver would require.
+    routes[0, 0, 0] = 300
+    chunks = r3wire.iter_dumps({"routed_experts": routes})
+    routes[0, 0, 0] = 0
+    with pytest.raises(EncodeError) as needed:
+        b"".join(chunks)
+    assert needed.value.field == "$.routed_experts"
+    logprobs = -np.ones(500000)
+    chunks = r3wire.iter_dumps({"choices": [{"logprobs": logprobs}]})
+    logprobs[400000] = np.nan
+    with pytest.raises(EncodeError) as late:
+        b"".join(chunks)
+    assert late.value.field == "$.choices[0].logprobs[400000]"
+    assert late.value.got == "nan (bits 0x7ff8000000000000)"
+    # dumps reads the arrays within the call: its bytes are iter_dumps' for an unchanged array.
+    logprobs[400000] = -0.25
+    assert b"".join(r3wire.iter_dumps({"logprobs": logprobs})) == r3wire.dumps({"logprobs": logprobs})

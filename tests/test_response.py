@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -360,3 +361,23 @@ def test_error_paths_stay_short_for_long_keys_and_deep_documents() -> None:
     (found,) = formats.read_response({key: {"routed_experts": [[[1]]]}})
     assert found.parts == (key, "routed_experts")
     assert found.path == f"$.{key}.routed_experts"
+
+
+@pytest.mark.parametrize(
+    "value", [np.timedelta64(5, "s"), np.timedelta64("NaT"), np.timedelta64(5, "ns"), np.datetime64("2020-01-01")]
+)
+def test_timedelta64_and_datetime64_scalars_are_refused_at_their_path(value: Any) -> None:
+    # np.timedelta64 is an np.signedinteger: int() of it raised TypeError, or dropped the unit ("ns" came out as 5).
+    writers: tuple[Callable[[Any], bytes], ...] = (r3wire.dumps, lambda doc: b"".join(r3wire.iter_dumps(doc)))
+    for write in writers:
+        with pytest.raises(r3wire.EncodeError) as info:
+            write({"latency": [value]})
+        assert info.value.field == "$.latency[0]"
+        assert "JSON-serializable" in str(info.value)
+    # Nor is one an integer or a logprob where values are read.
+    with pytest.raises(r3wire.R3WireError):
+        r3wire.read_logprobs_content({"content": [{"logprob": value}]})
+    with pytest.raises(r3wire.R3WireError):
+        r3wire.encode_logprobs([value])
+    with pytest.raises(r3wire.R3WireError):
+        r3wire.formats.read([[[value, 1]]])

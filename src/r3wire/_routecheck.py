@@ -123,19 +123,28 @@ def _first_bad(arr: np.ndarray[Any, Any], limit: int) -> list[int]:
     return first_index(_unsigned(arr) >= _limit(arr.dtype, limit))
 
 
-def check_chunk(chunk: np.ndarray[Any, Any], offset: int, shape: tuple[int, ...], bound: int) -> None:
+def check_chunk(
+    chunk: np.ndarray[Any, Any], offset: int, shape: tuple[int, ...], bound: int, expected: str | None = None
+) -> int:
     """Check a flat, contiguous run of ids starting at flat index ``offset`` of routes of ``shape``: one pass.
+
+    ``expected`` says what an id at or above ``bound`` must be (default: below ``num_experts={bound}``).
+    Returns the largest id of the run (0 for an empty one).
 
     Raises:
         EncodeError: naming the first id that is negative or not below ``bound`` as ``routes[row, layer, slot]``.
     """
-    if chunk.size and int(_unsigned(chunk).max()) >= _limit(chunk.dtype, bound):
+    if not chunk.size:
+        return 0
+    high = int(_unsigned(chunk).max())
+    if high >= _limit(chunk.dtype, bound):
         flat = _first_bad(chunk, bound)[0]
         value = int(chunk[flat])
         where = [int(i) for i in np.unravel_index(offset + flat, shape)]
         if value < 0:
             raise EncodeError.make(f"routes{where}", "a non-negative expert id", value)
-        raise EncodeError.make(f"routes{where}", f"an expert id below num_experts={bound}", value)
+        raise EncodeError.make(f"routes{where}", expected or f"an expert id below num_experts={bound}", value)
+    return high
 
 
 def prepare_routes(

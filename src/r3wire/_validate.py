@@ -53,8 +53,9 @@ layers x top-8 = 2**29), and a decoder never allocates more than this many eleme
 
 
 def is_int(value: object) -> TypeGuard[int | np.integer[Any]]:
-    """True for Python and NumPy integers, false for bools (which are ints in Python but never a count)."""
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    """True for Python and NumPy integers, false for bools (which are ints in Python but never a count) and for
+    np.timedelta64 (an np.signedinteger, but a duration with a unit: int() of it raises or drops the unit)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_, np.timedelta64))
 
 
 def check_int(

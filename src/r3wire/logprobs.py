@@ -46,8 +46,9 @@ logger: Final = logging.getLogger("r3wire.logprobs")
 _FLOAT_SIZES: Final = (2, 4, 8)
 # Python floats (np.float64 is a subclass), and the narrower NumPy scalars, convert to float64 exactly.
 _EXACT_FLOAT_TYPES: Final = (float, np.float32, np.float16)
-# A bool is an int in Python but never a logprob: True would silently become 1.0.
-_REJECTED_TYPES: Final = (bool, np.bool_)
+# A bool is an int in Python but never a logprob: True would silently become 1.0. np.timedelta64 is an
+# np.signedinteger whose float() raises TypeError (or, in ns, drops the unit).
+_REJECTED_TYPES: Final = (bool, np.bool_, np.timedelta64)
 
 
 class ClampResult(NamedTuple):

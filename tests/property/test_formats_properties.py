@@ -23,6 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+import r3wire
 from r3wire.cli import main
 from r3wire.errors import DecodeError, EncodeError
 from r3wire.formats import FORMATS, ReadResult, _fireworks, read, read_response, write
@@ -400,7 +401,7 @@ def test_read_response_gives_results_or_decode_error(body: Any) -> None:
             assert _paths(decoded_or_none(partial(read_response, buffer, **SHAPE))) == _paths(text_results)
 
 
-LOGPROB_SHAPES = ["content", "token_logprobs", "list", "sglang"]
+LOGPROB_SHAPES = ["content", "token_logprobs", "list", "sglang", "r3wire.logprobs", "r3wire.array"]
 
 
 @given(
@@ -420,7 +421,9 @@ def test_read_response_pairs_one_logprob_with_each_token_id(
     count = data.draw(
         st.one_of(st.just(len(token_ids)), st.just(len(echoed)), st.integers(0, 7)), label="number of logprobs"
     )
-    values = data.draw(st.lists(st.one_of(st.none(), st.floats(-50, 0)), min_size=count, max_size=count))
+    # An r3wire.logprobs envelope carries only finite values (dumps clamps or refuses the rest).
+    missing = st.nothing() if shape == "r3wire.logprobs" else st.none()
+    values = data.draw(st.lists(st.one_of(missing, st.floats(-50, 0)), min_size=count, max_size=count))
     beside: dict[str, Any] = {"token_ids": token_ids}
     if prompt is not None:
         beside["prompt_token_ids"] = prompt
@@ -443,11 +446,27 @@ def test_read_response_pairs_one_logprob_with_each_token_id(
     else:
         lists = {"content": {"content": [{"logprob": x} for x in values]}, "token_logprobs": {"token_logprobs": values}}
         logprobs = lists.get(shape, values)
+        if shape.startswith("r3wire."):
+            # An r3wire dumps body; a 0-d or [tokens, k] array (top-k logprobs) is not one logprob per token.
+            ndim = data.draw(st.sampled_from([1, 1, 0, 2]), label="logprobs ndim")
+            array = np.array([np.nan if x is None else x for x in values], dtype=np.float64)
+            if ndim == 0:
+                array = np.array(array[0] if array.size else -0.5)
+            elif ndim == 2:
+                array = np.repeat(array[:, None], data.draw(st.integers(1, 3), label="k"), axis=1)
+            encode = r3wire.encode_logprobs if shape == "r3wire.logprobs" else r3wire.encode_array
+            logprobs = encode(array)
+            if ndim != 1:
+                body = {"choices": [{"index": 0, **beside, "logprobs": logprobs, "routed_experts": _valid("vllm-npy")}]}
+                with pytest.raises(DecodeError, match="a 1-d array of sampled logprobs") as refused:
+                    read_response(body, **SHAPE)
+                assert refused.value.field == "$.choices[0].logprobs"
+                return
         routes: dict[str, Any] = {"routed_experts": _valid("vllm-npy")}
         for key in reversed(holder):
             routes = {key: routes}
         body = {"choices": [{"index": 0, **beside, "logprobs": logprobs, **routes}]}
-        where = "$.choices[0].logprobs" + ("" if shape == "list" else f".{shape}")
+        where = "$.choices[0].logprobs" + ("" if shape == "list" or shape.startswith("r3wire.") else f".{shape}")
         routes_at = "".join(["$.choices[0]", *(f".{key}" for key in holder), ".routed_experts"])
     if not aligned:
         with pytest.raises(DecodeError) as info:

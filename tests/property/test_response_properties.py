@@ -8,6 +8,8 @@
 - dumps either writes what loads gives back or raises EncodeError (an object spelling an r3wire schema), and
   iter_dumps yields the same bytes; loads of the parsed document equals loads of the text;
 - logprobs under logprobs keys are refused when not finite (naming the first one) or clamped to the floor;
+- an array changed between iter_dumps and the streaming of its chunks is sent exactly (as it is then, or as it
+  was at the call for a copy) or the iterator raises EncodeError naming the element: never a wrapped id;
 - an envelope with a member name twice is refused; a long string with bytes orjson refuses is refused even when
   a later duplicate key discards it.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -327,3 +330,133 @@ def test_every_id_is_checked_whatever_its_dtype(
     back = r3wire.loads(text)["choices"][0]["routed_experts"]
     assert np.array_equal(back, routes)
     assert np.array_equal(r3wire.decode_routes(r3wire.encode_routes(routes, num_experts=num_experts)), routes)
+
+
+# Large enough to be streamed (at least 128 KiB on the wire even as uint8), so iter_dumps reads them lazily.
+_STREAMED_ROWS = 40000
+
+
+def _streamed(chunks: Iterator[bytes]) -> bytes | EncodeError:
+    """The joined chunks, or the EncodeError the iterator raised."""
+    try:
+        return b"".join(chunks)
+    except EncodeError as exc:
+        return exc
+
+
+@given(
+    st.sampled_from(["i1", "u1", "<i2", ">i2", "<u2", "<i4", ">i4", "<u4", "<i8"]).map(np.dtype),
+    st.sampled_from(["plain", "fortran", "reversed"]),
+    st.sampled_from([3, 200, 300, 30000, 40000]),
+    st.lists(st.tuples(st.integers(0, 10**9), st.integers(-(2**40), 2**40)), min_size=1, max_size=3),
+    st.sampled_from([None, 40000]),
+)
+def test_routes_changed_before_streaming_are_sent_exactly_or_refused(
+    dtype: np.dtype[Any], layout: str, high: int, edits: list[tuple[int, int]], num_experts: int | None
+) -> None:
+    # An engine may reuse its buffer before the body is streamed: every id sent is the one in the array when its
+    # chunk is produced (or the one at the call, for an array copied then), or the iterator raises naming it.
+    info = np.iinfo(dtype)
+    high = min(high, int(info.max))
+    base = np.arange(_STREAMED_ROWS * 4, dtype=np.int64).reshape(_STREAMED_ROWS, 2, 2) % (high + 1)
+    routes = base.astype(dtype)
+    if layout == "fortran":
+        routes = np.asfortranarray(routes)
+    elif layout == "reversed":
+        routes = routes[::-1, :, ::-1]
+    before = routes.copy()
+    doc = {"choices": [{"routed_experts": routes}]}
+    if num_experts is not None and high >= num_experts:
+        return
+    chunks = r3wire.iter_dumps(doc, num_experts=num_experts)
+    for where, value in edits:
+        routes[np.unravel_index(where % routes.size, routes.shape)] = min(max(value, info.min), info.max)
+    body = _streamed(chunks)
+    if isinstance(body, EncodeError):
+        field = body.field or ""
+        if field == "$.choices[0].routed_experts":  # the ids no longer need the dtype chosen at the call
+            assert num_experts is None
+            assert high >= 256
+            return
+        assert field.startswith("$.choices[0].routed_experts[")  # an element that breaks a rule now
+        index = tuple(int(i) for i in field.rsplit("[", 1)[1].rstrip("]").split(","))
+        bad = int(routes[index])
+        chosen = 1 << 31 if num_experts is not None else 256 if high < 256 else 1 << 15 if high < 1 << 15 else 1 << 31
+        assert bad < 0 or bad >= min(chosen, num_experts or chosen)
+        return
+    back = r3wire.loads(body, num_experts=num_experts)["choices"][0]["routed_experts"]
+    assert np.array_equal(back, routes) or np.array_equal(back, before)
+
+
+@given(
+    st.sampled_from(["<f4", ">f4", "<f8"]).map(np.dtype),
+    st.lists(
+        st.tuples(st.integers(0, 10**9), st.sampled_from([np.nan, np.inf, -np.inf, -0.5, 0.0])), min_size=1, max_size=3
+    ),
+)
+def test_logprobs_changed_before_streaming_are_sent_exactly_or_refused(
+    dtype: np.dtype[Any], edits: list[tuple[int, float]]
+) -> None:
+    logprobs = -np.linspace(0, 10, 50000).astype(dtype)
+    before = logprobs.copy()
+    chunks = r3wire.iter_dumps({"logprobs": logprobs})
+    for where, value in edits:
+        logprobs[where % logprobs.size] = value
+    bad = np.flatnonzero(~np.isfinite(logprobs))
+    body = _streamed(chunks)
+    if isinstance(body, EncodeError):
+        assert bad.size
+        assert body.field == f"$.logprobs[{int(bad[0])}]"
+        return
+    back = r3wire.loads(body)["logprobs"]
+    assert np.array_equal(back, logprobs) or np.array_equal(back, before)
+    assert np.isfinite(back).all()
+
+
+# Every kind of NumPy scalar an in-process document may hold (np.timedelta64 is an np.signedinteger: int() of it
+# raised TypeError or dropped the unit).
+SCALAR_DTYPES = [
+    "?", "i1", "u1", "<i2", "<u4", "<i8", "<u8", "<f2", "<f4", "<f8", "g", "c8", "c16",
+    "m8", "m8[ns]", "m8[s]", "m8[D]", "M8[ns]", "M8[s]", "M8[D]", "S3", "U3",
+]  # fmt: skip
+SCALARS = st.one_of(
+    st.sampled_from(SCALAR_DTYPES).flatmap(
+        lambda name: hnp.from_dtype(np.dtype(name)).map(lambda x: np.array(x, dtype=np.dtype(name))[()])
+    ),
+    st.binary(min_size=1, max_size=4).map(np.void),
+)
+
+
+def _written(doc: Any, option: int | None) -> bytes | EncodeError:
+    try:
+        return r3wire.dumps(doc, option=option)
+    except EncodeError as exc:
+        return exc
+
+
+@given(SCALARS, st.sampled_from([None, orjson.OPT_SERIALIZE_NUMPY]))
+def test_numpy_scalars_are_written_exactly_or_refused_at_their_path(scalar: Any, option: int | None) -> None:
+    assert isinstance(scalar, np.generic)
+    doc = {"k": [scalar]}
+    body = _written(doc, option)
+    if isinstance(body, EncodeError):
+        assert not isinstance(scalar, (np.bool_, np.str_))
+        # orjson's own refusal of a datetime64 it was asked to write (NaT, some units) is at "$".
+        assert body.field == "$.k[0]" or (isinstance(scalar, np.datetime64) and option is not None)
+        return
+    assert b"".join(r3wire.iter_dumps(doc, option=option)) == body
+    (value,) = orjson.loads(body)["k"]
+    assert not isinstance(scalar, np.timedelta64)  # no JSON value carries its unit
+    if isinstance(scalar, np.datetime64):
+        assert option is not None  # orjson's own RFC 3339 string
+        assert isinstance(value, str)
+    elif isinstance(scalar, np.bool_):
+        assert value is bool(scalar)
+    elif isinstance(scalar, np.integer):
+        assert type(value) is int
+        assert value == int(scalar)
+    elif isinstance(scalar, np.floating):
+        assert value == float(scalar)
+    else:
+        assert isinstance(scalar, np.str_)
+        assert value == str(scalar)

@@ -537,7 +537,8 @@ def read_response(
     Args:
         body: the response as JSON text (``str`` or any bytes-like object, e.g. ``response.content``, a NumPy
             uint8 array or an ``mmap``: what :func:`r3wire.loads` accepts) or already parsed (``response.json()``;
-            tuples are walked like lists); a list of bodies (SGLang batch) is read as one document.
+            tuples are walked like lists, and read like lists as token ids and logprobs; nested lists of routes
+            must be lists); a list of bodies (SGLang batch) is read as one document.
         num_layers: layers per row: needed for SGLang and Fireworks routes, checked against the others.
         top_k: experts per layer, likewise.
         num_experts: when given, every id must be below it.
@@ -550,15 +551,19 @@ def read_response(
         One :class:`ReadResult` per routes field, with ``path`` (``$.choices[1].routed_experts``) and, where the
         choice carries them beside the routes, ``token_ids`` (vLLM ``token_ids``, SGLang ``output_ids``),
         ``prompt_token_ids`` (the choice's, or the response's when it shares one among its choices: vLLM chat) and
-        the sampled ``logprobs`` clamped to :data:`r3wire.LOGPROB_FLOOR` with ``num_clamped``; when both are
-        there, one logprob per token id (an echo's prompt logprobs left out). With both prompt and completion ids,
+        the sampled ``logprobs`` as a 1-d array (float64 from JSON numbers, else the envelope's dtype), every
+        missing, NaN or infinite one replaced by the value of that dtype nearest :data:`r3wire.LOGPROB_FLOOR`
+        (-9999.0; -10000.0 in the float16 an older ``r3wire.array`` body may carry, as
+        :func:`r3wire.clamp_logprobs` does) and counted in ``num_clamped``; when both are there, one logprob
+        per token id (an echo's prompt logprobs left out). With both prompt and completion ids,
         :meth:`ReadResult.call_token_ids` is the engine call's whole sequence, and the routes fit it:
         ``start + rows <= len(prompt) + len(completion)``. ``[]`` when the body has no routes.
 
     Raises:
         DecodeError: the body is neither JSON text nor a parsed object or array (field ``$``, naming its type),
             the text is not JSON or holds a JSON scalar, or a routes field, its token ids or its logprobs are
-            malformed, or the logprobs are not one per token id (or an SGLang entry names another token id), or
+            malformed (an envelope of logprobs that is not 1-d included), or the logprobs are not one per token id
+            (or an SGLang entry names another token id), or
             token ids (prompt or completion) are malformed or more than ``max_elements``, or the routes have more
             rows than the call's prompt and completion ids have tokens; the field is the JSONPath of the problem
             (``$.choices[0].routed_experts.shape``, ``$.choices[0].logprobs.content``, ``$.prompt_token_ids[2]``,

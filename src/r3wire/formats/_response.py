@@ -13,6 +13,7 @@ The nesting each engine uses is listed, with sources, in ``docs/formats.md`` ("W
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
@@ -21,7 +22,17 @@ import numpy as np
 
 from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
-from r3wire.logprobs import ClampResult, clamp_logprobs, decode_logprobs, read_logprobs_content
+from r3wire.logprobs import (
+    _EXACT_FLOAT_TYPES,
+    _REJECTED_TYPES,
+    LOGPROB_FLOOR,
+    ClampResult,
+    _clamp,
+    _int_as_float,
+    clamp_logprobs,
+    decode_logprobs,
+    read_logprobs_content,
+)
 from r3wire.response import _path, _relocate
 from r3wire.schema import ARRAY_SCHEMA, KEY_SCHEMA, LOGPROBS_SCHEMA, ROUTES_SCHEMA
 
@@ -309,7 +320,7 @@ def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | Non
         if array.size and (int(array.min()) < 0 or int(array.max()) > _INT64_MAX):
             raise relocated(DecodeError.make(None, "token ids in 0..2**63-1", "an id out of range", raw=True), parts)
         return array.astype(np.int64)
-    if not isinstance(value, list):
+    if not isinstance(value, (list, tuple)):  # a tuple: an in-process document, walked like a list
         raise relocated(DecodeError.make(None, "a list of token ids", type(value).__name__, raw=True), parts)
     if max_elements is not None and len(value) > max_elements:
         raise relocated(
@@ -371,27 +382,29 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
     """Understood: ``logprobs.content[i].logprob`` (OpenAI chat, vLLM generate), ``logprobs.token_logprobs``
     (OpenAI completions), ``output_token_logprobs[i][0]`` (SGLang ``meta_info``), a ``logprobs`` list of numbers
     and nulls, and an ``r3wire.logprobs`` envelope (r3wire ``dumps`` bodies). The first ``skip`` are left out
-    before clamping (an echoed prompt's), so ``num_clamped`` counts only the values returned."""
+    before clamping (an echoed prompt's), so ``num_clamped`` counts only the values returned. Lists may be tuples
+    (an in-process document). Sampled logprobs are one per token: an envelope must hold a 1-d array."""
     if key == KEY_SGLANG_LOGPROBS:
-        if not isinstance(value, list):
+        if not isinstance(value, (list, tuple)):
             raise DecodeError.make(None, "a list of [logprob, token_id, ...] entries", type(value).__name__, raw=True)
-        entries = []
+        numbers: list[Any] = []
+        append = numbers.append
         for i, entry in enumerate(value):
-            if not isinstance(entry, list) or not entry:
+            if not isinstance(entry, (list, tuple)) or not entry:
                 raise DecodeError.make(f"[{i}]", "a [logprob, token_id, ...] list", entry)
-            entries.append({"logprob": entry[0]})
-        return _Read(_content(entries[skip:]), ())
-    if isinstance(value, list):
-        return _Read(_content([{"logprob": x} for x in value[skip:]]), ())
+            append(entry[0])
+        return _Read(_numbers(numbers[skip:] if skip else numbers), ())
+    if isinstance(value, (list, tuple)):
+        return _Read(_numbers(value[skip:] if skip else value), ())
     if not isinstance(value, Mapping):
         raise DecodeError.make(None, "a logprobs object or list", type(value).__name__, raw=True)
     if value.get(KEY_SCHEMA) == LOGPROBS_SCHEMA.name:
-        return _Read(clamp_logprobs(decode_logprobs(value, max_elements=max_elements)[skip:]), ())
+        return _Read(clamp_logprobs(_one_per_token(decode_logprobs(value, max_elements=max_elements))[skip:]), ())
     if value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # dumps before it wrote logprobs as r3wire.logprobs
         array = decode_array(value, max_elements=max_elements)
         if array.dtype.kind != "f":
             raise DecodeError.make(None, "a float array of logprobs", str(array.dtype), raw=True)
-        return _Read(clamp_logprobs(array[skip:]), ())
+        return _Read(clamp_logprobs(_one_per_token(array)[skip:]), ())
     if KEY_CONTENT in value and value[KEY_CONTENT] is not None:
         content = value[KEY_CONTENT]
         if skip and isinstance(content, (list, tuple)):
@@ -399,22 +412,61 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
         return _Read(read_logprobs_content(value), (KEY_CONTENT,))
     token_logprobs = value.get(KEY_TOKEN_LOGPROBS)
     if token_logprobs is not None:
-        if not isinstance(token_logprobs, list):
+        if not isinstance(token_logprobs, (list, tuple)):
             raise DecodeError.make(
                 KEY_TOKEN_LOGPROBS, "a list of numbers and nulls", type(token_logprobs).__name__, raw=True
             )
         try:
-            return _Read(_content([{"logprob": x} for x in token_logprobs[skip:]]), (KEY_TOKEN_LOGPROBS,))
+            return _Read(_numbers(token_logprobs[skip:]), (KEY_TOKEN_LOGPROBS,))
         except DecodeError as exc:
             raise relocated(exc, KEY_TOKEN_LOGPROBS) from exc
     return None
 
 
-def _content(entries: list[dict[str, Any]]) -> ClampResult:
-    """The seed's content reader (one rule for missing and non-finite values), errors named by list index."""
-    try:
-        return read_logprobs_content({KEY_CONTENT: entries})
-    except DecodeError as exc:
-        field = exc.field or ""
-        index = field[len(KEY_CONTENT) :].split("]", 1)[0] + "]" if field.startswith(KEY_CONTENT + "[") else None
-        raise DecodeError.make(index, "a number or null (a logprob)", exc.got, raw=True) from exc
+def _one_per_token(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """``array`` if it is 1-d: a 0-d value or a [tokens, k] array (top-k logprobs) is not one logprob per token.
+
+    Raises:
+        DecodeError: naming the shape, at the logprobs' own path (the caller's).
+    """
+    if array.ndim != 1:
+        raise DecodeError.make(
+            None, "a 1-d array of sampled logprobs (one per token)", f"shape {list(array.shape)}", raw=True
+        )
+    return array
+
+
+# Python floats and None: a list of only these (what a JSON parser gives) is converted by NumPy in one call.
+_PLAIN_NUMBERS: Final = frozenset({float, type(None)})
+
+
+def _numbers(values: Sequence[Any]) -> ClampResult:
+    """A flat list of logprobs and nulls, clamped by the content reader's rules (null, NaN and infinities become
+    the floor and are counted; ints only when exact; bools, strings and the rest refused), as a float64 array
+    built straight from the list: no object per value (a dict per token cost 9x the memory of the content form).
+
+    Raises:
+        DecodeError: at ``[i]``, a value that is neither a number nor null.
+    """
+    if set(map(type, values)) <= _PLAIN_NUMBERS:
+        array: np.ndarray[Any, Any] = np.array(values, dtype=np.float64)  # None converts to NaN
+    else:
+        array = np.array([_number(x, i) for i, x in enumerate(values)], dtype=np.float64)
+    return _clamp(array, fresh=True, floor=LOGPROB_FLOOR)
+
+
+def _number(value: object, index: int) -> float:
+    """One logprob of a list as :func:`~r3wire.read_logprobs_content` reads an entry's (NaN for null).
+
+    Raises:
+        DecodeError: at ``[index]``.
+    """
+    if value is None:
+        return math.nan
+    if isinstance(value, _EXACT_FLOAT_TYPES):
+        return float(value)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, _REJECTED_TYPES):
+        number = _int_as_float(value)
+        if number is not None:
+            return number
+    raise DecodeError.make(f"[{index}]", "a number or null (a logprob)", value)
