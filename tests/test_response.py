@@ -381,3 +381,16 @@ def test_timedelta64_and_datetime64_scalars_are_refused_at_their_path(value: Any
         r3wire.encode_logprobs([value])
     with pytest.raises(r3wire.R3WireError):
         r3wire.formats.read([[[value, 1]]])
+
+
+@pytest.mark.parametrize("value", [np.timedelta64(1, "ns"), np.timedelta64(3, "s")])
+def test_a_timedelta64_is_never_taken_for_an_integer_argument(value: Any) -> None:
+    from r3wire.bitpack import pack_bits
+
+    envelope = {"schema": "r3wire.routes", "version": value, "data": "", "shape": [0, 1, 1], "dtype": "uint8"}
+    with pytest.raises(r3wire.DecodeError, match=r"^version must be an integer"):
+        r3wire.decode_routes(envelope)
+    with pytest.raises(r3wire.R3WireError, match=r"^bits must be an integer"):
+        pack_bits(np.zeros(4, np.uint8), bits=value)
+    with pytest.raises(r3wire.R3WireError, match=r"^fill must be a number"):
+        r3wire.pad_sequences([np.array([1, 2]), np.array([1])], side="right", fill=value)

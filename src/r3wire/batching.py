@@ -741,7 +741,8 @@ def _values_dtype(arrays: Sequence[Array]) -> np.dtype[Any] | None:
 
 def _fill_value(fill: object, dtype: np.dtype[Any]) -> Array:
     """``fill`` as a scalar of ``dtype``, refused when it would not be stored exactly."""
-    if not isinstance(fill, (bool, int, float, np.bool_, np.integer, np.floating)):
+    # np.timedelta64 is an np.integer, but a duration with a unit: refused like any other non-number.
+    if isinstance(fill, np.timedelta64) or not isinstance(fill, (bool, int, float, np.bool_, np.integer, np.floating)):
         raise _fail("fill", "a number (bool, int or float)", type(fill).__name__)
     try:
         with np.errstate(all="ignore"):

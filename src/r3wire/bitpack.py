@@ -32,7 +32,7 @@ from typing import Any, Final, NoReturn
 import numpy as np
 
 from r3wire._arraylike import as_numpy
-from r3wire._validate import MAX_EXTENT, byte_buffer, check_int
+from r3wire._validate import MAX_EXTENT, byte_buffer, check_int, is_int
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 
 __all__ = ["MAX_BITS", "pack_bits", "packed_nbytes", "unpack_bits", "unpack_bits_from"]
@@ -143,7 +143,7 @@ def _plan(bits: int) -> _Plan:
 
 
 def _check_bits(bits: object, error: type[R3WireError]) -> int:
-    if isinstance(bits, (bool, np.bool_)) or not isinstance(bits, (int, np.integer)) or not 1 <= bits <= MAX_BITS:
+    if not is_int(bits) or not 1 <= bits <= MAX_BITS:
         raise error.make("bits", f"an integer in 1..{MAX_BITS}", bits)
     return int(bits)
 

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from r3wire._validate import plain_str
+from r3wire._validate import is_int, plain_str
 from r3wire.errors import DecodeError, UnsupportedVersionError, describe
 
 __all__ = [
@@ -143,7 +143,7 @@ class Schema:
         if not isinstance(name, str) or name != expected:
             raise DecodeError.make(KEY_SCHEMA, repr(expected), name)
         version = payload[KEY_VERSION]
-        if isinstance(version, (bool, np.bool_)) or not isinstance(version, (int, np.integer)):
+        if not is_int(version):
             raise DecodeError.make(KEY_VERSION, "an integer", version)
         supported = SUPPORTED_VERSIONS[name]
         version = int(version)

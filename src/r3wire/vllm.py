@@ -276,7 +276,11 @@ def _int_vector(raw: Any, field: str, noun: str, error: type[R3WireError] = Enco
         return array.astype(np.int64, copy=False)
     values = _sequence(raw, field, f"a sequence of {_plural(noun)}", error)
     kinds = set(map(type, values))
-    odd = [k for k in kinds if not (issubclass(k, (int, np.integer)) and not issubclass(k, (bool, np.bool_)))]
+    odd = [
+        k
+        for k in kinds
+        if not (issubclass(k, (int, np.integer)) and not issubclass(k, (bool, np.bool_, np.timedelta64)))
+    ]
     if odd:
         i = next(i for i, v in enumerate(values) if type(v) in odd)
         raise error.make(f"{field}[{i}]", f"an integer {noun}", values[i])
