@@ -1495,6 +1495,32 @@ def test_a_failed_allocation_leaves_the_trace_unchanged(failing: str, fast: bool
     assert np.array_equal(trace.finalize()[0], full)
 
 
+def test_a_failed_copy_for_a_fill_in_leaves_the_trace_unchanged() -> None:
+    # The buffer finalize() handed out is copied before a later call writes a gap it fills; a failed copy must
+    # leave the trace as it was, conflicts included (found by the multi-turn property under the CI profile).
+    real = r3wire.batching._allocate
+
+    def allocate(shape: tuple[int, ...], dtype: Any, field: str) -> Array:
+        if field == "trace":
+            raise R3WireError.make(field, "an array this process can allocate", f"{list(shape)} (MemoryError)")
+        return real(shape, dtype, field)
+
+    trace = RouteTrace(num_experts=16)
+    trace.add(np.array([[[5]], [[6]], [[7]]]), start=0, token_ids=[1, 2, 3, 4], replayed=np.array([False, True, True]))
+    handed_out = trace.finalize()[0].copy()
+    call = np.array([[[4]], [[9]]])  # row 0 fills the gap, row 1 conflicts (kept)
+    with patch.object(r3wire.batching, "_allocate", allocate), pytest.raises(R3WireError):
+        trace.add(call, start=0, token_ids=[1, 2, 3, 4])
+    assert trace.conflicts == 0
+    replayed = trace.replayed
+    assert replayed is not None
+    assert replayed.tolist() == [False, True, True]
+    assert np.array_equal(trace.finalize()[0], handed_out)
+    trace.add(call, start=0, token_ids=[1, 2, 3, 4])
+    assert trace.conflicts == 1
+    assert trace.finalize()[0].ravel().tolist() == [4, 6, 7]
+
+
 def test_out_overlapping_an_input_is_refused() -> None:
     # Re-padding last step's buffer with samples that are views of it: one pass wrote out[0] before reading
     # samples[1] from it, and the result was silently wrong (review 13 #5).

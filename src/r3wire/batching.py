@@ -1389,51 +1389,57 @@ class RouteTrace:
             _check_overlap(buf[begin : begin + overlap], arr[:overlap], begin, compared)
         # Every check passed. Both buffers are reserved before anything is recorded, so a failed allocation
         # leaves the trace unchanged.
+        replace = differing is not None and policy == "replace"
+        masked = keep is not None or self._kept is not None
+        # Overlap rows this call writes when a row was not replayed: a row replayed only now fills a gap, and
+        # "replace" takes every row this call replayed.
+        taken = self._taken(keep, begin, overlap, replace=replace) if masked else None
         room = None if tokens is None else self._token_room(tokens.shape[0])
         buf = self._reserve(end, arr.shape[1:], dtype)
-        if differing is not None and policy == "replace" and self._shared:
-            # finalize() handed this buffer out: "replace" writes into a copy, made (or refused) before any count.
+        if (taken.size if taken is not None else replace) and self._shared:
+            # finalize() handed this buffer out: writes go into a copy, made (or refused) before any count.
             fresh = _allocate(buf.shape, buf.dtype, "trace")
             fresh[: self._rows] = buf[: self._rows]
             self._buf = buf = fresh
             self._shared = False
         if differing is not None:
             self._conflicts += int(np.count_nonzero(differing))
-        if keep is None and self._kept is None:
-            if differing is not None and policy == "replace":
+        if taken is None:
+            if replace:
                 np.copyto(buf[begin : begin + overlap], arr[:overlap], casting="unsafe")  # lossless: checked
             if end > self._rows:
                 np.copyto(buf[self._rows : end], arr[overlap:], casting="unsafe")  # lossless: range-checked
                 self._rows = end
         else:
-            replace = differing is not None and policy == "replace"
-            self._record_masked(arr, keep, begin=begin, overlap=overlap, end=end, replace=replace)
+            self._record_masked(arr, keep, taken, begin=begin, overlap=overlap, end=end)
         if room is not None:
             assert tokens is not None
             self._record_tokens(tokens, room)
         self._verified = tokens is not None
 
+    def _taken(self, keep: Array | None, begin: int, overlap: int, *, replace: bool) -> Array:
+        """The overlap rows (call row numbers) a call writes when some row, recorded or new, was not replayed."""
+        if overlap <= 0:
+            return np.zeros(0, dtype=np.intp)
+        now = np.ones(overlap, dtype=np.bool_) if keep is None else keep[:overlap]
+        if replace:
+            return np.flatnonzero(now)
+        earlier = np.ones(overlap, dtype=np.bool_) if self._kept is None else self._kept[begin : begin + overlap]
+        return np.flatnonzero(now & ~earlier)
+
     def _record_masked(
-        self, arr: Array, keep: Array | None, *, begin: int, overlap: int, end: int, replace: bool
+        self, arr: Array, keep: Array | None, taken: Array, *, begin: int, overlap: int, end: int
     ) -> None:
-        """Record a call when some row, recorded or new, was not replayed (every check has passed)."""
+        """Record a call when some row, recorded or new, was not replayed (every check has passed, and the
+        buffer is writable: a copy if finalize() handed it out)."""
         new_keep = np.ones(arr.shape[0], dtype=np.bool_) if keep is None else keep
         kept = np.ones(self._rows, dtype=np.bool_) if self._kept is None else self._kept[: self._rows].copy()
         buf = self._buf
         assert buf is not None
+        if taken.size:
+            buf[begin + taken] = arr[taken]  # lossless: replayed rows are range-checked
         if overlap > 0:
-            earlier, now = kept[begin : begin + overlap], new_keep[:overlap]
-            # A row replayed only now fills a gap; "replace" also takes the rows replayed on both sides.
-            rows = np.flatnonzero(now & ~earlier if not replace else now)
-            if rows.size:
-                if self._shared:
-                    # finalize() handed these rows out: write into a copy (made before anything is recorded).
-                    fresh = _allocate(buf.shape, buf.dtype, "trace")
-                    fresh[: self._rows] = buf[: self._rows]
-                    self._buf = buf = fresh
-                    self._shared = False
-                buf[begin + rows] = arr[rows]  # lossless: replayed rows are range-checked
-            kept[begin : begin + overlap] |= now
+            kept[begin : begin + overlap] |= new_keep[:overlap]
         if end > self._rows:
             np.copyto(buf[self._rows : end], arr[overlap:], casting="unsafe")  # rows not replayed are padded next
             fresh_keep = new_keep[overlap:]

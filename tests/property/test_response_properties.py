@@ -269,7 +269,11 @@ def test_mutated_responses_raise_only_decode_error(doc: Any, edits: list[tuple[i
 
 
 def _path_of(parts: list[str | int]) -> str:
-    return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
+    """The JSONPath an error names: past 32 parts, the first and last 16 around how many were left out."""
+    steps = [f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts]
+    if len(steps) > 32:
+        steps = [*steps[:16], f"...({len(steps) - 32} more)", *steps[-16:]]
+    return "$" + "".join(steps)
 
 
 @given(
