@@ -37,6 +37,7 @@ from r3wire._bytesearch import find_byte
 from r3wire._envelope import build_envelope
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._validate import as_text, optional_max_elements, plain_str
+from r3wire._walk import EXIT, Guard
 from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.logprobs import LOGPROB_FLOOR, as_float_array, clamp_logprobs, decode_logprobs, logprobs_wire
@@ -1148,7 +1149,15 @@ def _cut_blobs(
 
 def _copy_containers(root: Any) -> tuple[Any, bool]:
     """A copy of every dict, list and tuple in a parsed document (the leaves are shared), so decoding in place
-    leaves the caller's object as it was; and whether there were tuples (copied as :class:`_TupleList`)."""
+    leaves the caller's object as it was; and whether there were tuples (copied as :class:`_TupleList`).
+
+    The copy is the tree the document's JSON text would parse to: a container referenced from several places is
+    copied once per place, up to :data:`~r3wire._walk.SHARED_ITEMS_LIMIT` items copied again.
+
+    Raises:
+        DecodeError: the document holds a reference cycle or shares containers past that limit (see
+            :class:`~r3wire._walk.Guard`); the field is the JSONPath.
+    """
     if not isinstance(root, (dict, list, tuple)):
         return root, False
     tuples = False
@@ -1162,16 +1171,29 @@ def _copy_containers(root: Any) -> tuple[Any, bool]:
         tuples = True
         return _TupleList(node)
 
+    guard = Guard(root, _path)
     top = copy(root)
-    stack = [top]
+    # Each item: the original (whose identity the guard follows), its copy, and its key in its parent.
+    stack: list[Any] = [(root, top, None)]
     while stack:
-        node = stack.pop()
+        entry = stack.pop()
+        if entry is EXIT:
+            guard.leave()
+            continue
+        original, node, at = entry
+        guard.enter(original, at)
+        stack.append(EXIT)
+        depth = len(stack)
         items = node.items() if type(node) is dict else enumerate(node)
         for key, item in items:
             if isinstance(item, (dict, list, tuple)):
+                guard.child(item, key)  # before the copy: a widely shared container is refused, not copied
                 copied = copy(item)
                 node[key] = copied
-                stack.append(copied)
+                stack.append((item, copied, key))
+        if len(stack) == depth:  # no containers inside: nothing below can close a cycle through this one
+            stack.pop()
+            guard.leave()
     return top, tuples
 
 

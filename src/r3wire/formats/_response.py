@@ -19,6 +19,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
+from r3wire._walk import EXIT, Guard
 from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.logprobs import ClampResult, clamp_logprobs, decode_logprobs, read_logprobs_content
@@ -65,7 +66,8 @@ _NO_ROUTES_KEYS: Final = frozenset(
 # Lists at least this long are first sorted out by the types they hold, in C: a list of numbers or strings
 # (token ids, text pieces) holds no routes and is skipped without a Python loop over it.
 _LONG_LIST: Final = 16
-_CONTAINERS: Final = frozenset({dict, list, tuple})
+# What the walk enters: any mapping (a dict subclass, MappingProxyType...), list or tuple, subclasses included.
+_WALKED: Final = (Mapping, list, tuple)
 
 
 # A node's path as a link to its parent's: (parent link, key or index), None at the root. Every node holds one
@@ -76,6 +78,7 @@ _Link = tuple[Any, object] | None
 _Context = tuple[Any, Mapping[str, Any], _Link] | None
 # A stack item of find_routes: (is a routes field, node, link, routes key, context, the context outside the list).
 _Item = tuple[bool, Any, _Link, str | None, _Context, _Context]
+_EXIT: Final[_Item] = (False, EXIT, None, None, None, None)  # popping it leaves the container entered last
 
 
 def _parts(link: _Link) -> tuple[object, ...]:
@@ -123,12 +126,22 @@ def _is_routes_envelope(node: Mapping[str, Any]) -> bool:
 
 
 def find_routes(root: object) -> Iterator[Found]:
-    """Every routes field of ``root`` in document order (the routes values themselves are not entered)."""
+    """Every routes field of ``root`` in document order (the routes values themselves are not entered).
+
+    Raises:
+        DecodeError: ``root`` (a document built in process) holds a reference cycle, or shares containers past
+            :data:`r3wire._walk.SHARED_ITEMS_LIMIT` (see :class:`r3wire._walk.Guard`); the field is the JSONPath.
+    """
     # An explicit stack (parsed bodies may nest deeper than the recursion limit), pushed in reverse so items come
     # off it in document order; a routes field is an item of its own so it keeps its place among its siblings.
     stack: list[_Item] = [(False, root, None, None, None, None)]
+    guard = Guard(root, _path)
     while stack:
-        is_field, node, link, key, context, outer = stack.pop()
+        entry = stack.pop()
+        if entry is _EXIT:
+            guard.leave()
+            continue
+        is_field, node, link, key, context, outer = entry
         if is_field:
             yield Found(node, _parts(link), key, context, outer)
             continue
@@ -138,24 +151,39 @@ def find_routes(root: object) -> Iterator[Found]:
                 continue
             inner = (context, node, link)
             children: list[_Item] = []
+            guard.enter(node, None if link is None else link[1])
             for child_key, item in node.items():
                 if child_key in ROUTES_FIELDS:
                     if item is not None:  # vLLM sends null when capture is off
                         children.append((True, item, (link, child_key), child_key, inner, outer))
-                elif isinstance(item, (Mapping, list, tuple)) and child_key not in _NO_ROUTES_KEYS:
+                elif isinstance(item, _WALKED) and child_key not in _NO_ROUTES_KEYS:
+                    guard.child(item, child_key)
                     children.append((False, item, (link, child_key), None, inner, outer))
-            stack.extend(reversed(children))
         elif isinstance(node, (list, tuple)):  # an in-process document may build its arrays as tuples
-            if len(node) >= _LONG_LIST and not _CONTAINERS.intersection(map(type, node)):
+            if len(node) >= _LONG_LIST and not _holds_containers(node):
                 continue
             # A list starts a new context: one choice's token ids never belong to its sibling's routes. What holds
             # the list stays reachable as `outer`, for what a response shares among its choices (vLLM chat's prompt).
             shared = context if context is not None else outer
-            stack.extend(
-                (False, item, (link, i), None, None, shared)
-                for i, item in reversed(list(enumerate(node)))
-                if isinstance(item, (Mapping, list, tuple))
-            )
+            children = []
+            guard.enter(node, None if link is None else link[1])
+            for i, item in enumerate(node):
+                if isinstance(item, _WALKED):
+                    guard.child(item, i)
+                    children.append((False, item, (link, i), None, None, shared))
+        else:
+            continue
+        if children:
+            stack.append(_EXIT)
+            stack.extend(reversed(children))
+        else:
+            guard.leave()
+
+
+def _holds_containers(items: Sequence[Any]) -> bool:
+    """Whether any of ``items`` is walked: one predicate with the walk's own, on each distinct type (a set built
+    in C, so a long list of numbers or strings is sorted out without a Python loop over it)."""
+    return any(issubclass(cls, _WALKED) for cls in set(map(type, items)))
 
 
 def relocated(error: R3WireError, where: Sequence[object] | str) -> R3WireError:
