@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import io
 import json
 import platform
@@ -73,10 +74,8 @@ def vllm_chat_body(tokens: int, top_logprobs: int, seed: int = 0) -> dict[str, A
 
 
 def _detect(parsed: dict[str, Any]) -> None:
-    try:
+    with contextlib.suppress(r3wire.R3WireError):
         formats.detect(parsed)  # a whole body: refused with the paths of its routes, found by the same walk
-    except r3wire.R3WireError:
-        pass
 
 
 def run(tokens: int, top_logprobs: int, repeats: int) -> dict[str, Any]:
@@ -93,10 +92,9 @@ def run(tokens: int, top_logprobs: int, repeats: int) -> dict[str, Any]:
         ("loads(parsed)", lambda: r3wire.loads(parsed)),
         ("read_response(text)", lambda: formats.read_response(text, num_experts=EXPERTS)),
     ]
-    rows = [{"method": name, "median_ms": median_ms(fn, repeats)} for name, fn in cases]
-    reference = rows[0]["median_ms"]
-    for row in rows:
-        row["vs_orjson_loads"] = row["median_ms"] / reference
+    times = [(name, median_ms(fn, repeats)) for name, fn in cases]
+    reference = times[0][1]
+    rows = [{"method": name, "median_ms": ms, "vs_orjson_loads": ms / reference} for name, ms in times]
     return {
         "benchmark": "bench_walk",
         "tokens": tokens,
