@@ -9,21 +9,23 @@ exponentially larger than the document in memory (``x = [x, x]`` twenty times is
 list): walking it again is allowed up to :data:`SHARED_ITEMS_LIMIT` items, then refused. A trainer that puts one
 ``token_ids`` list in two choices, or sends ``[body] * 16`` as a batch, stays far below that.
 
-The protocol, for a walker with an explicit stack: :meth:`Guard.enter` a container before pushing its children,
-:meth:`Guard.child` each child container as it is pushed (before any copy of it is made), then push :data:`EXIT`
-below the children, or :meth:`Guard.leave` at once when there were none; popping :data:`EXIT` is
-:meth:`Guard.leave`. The entered containers are then exactly the ancestors of what is pushed, so a child among
-them closes a cycle.
+The protocol, for a walker with an explicit stack: before pushing the first child container of a container,
+:meth:`Guard.enter` it and push :data:`EXIT` (popping it is :meth:`Guard.leave`); pass each child container to
+:meth:`Guard.child` as it is pushed, before any copy of it is made. The entered containers are then exactly the
+ancestors of what is pushed, so a child among them closes a cycle. A container without containers inside is never
+entered: it cannot be an ancestor. A walker over every container of large documents (:func:`r3wire.loads`) may
+test ``id(item) in guard.seen`` itself and call :meth:`Guard.child` only when it is (a first reach only adds the
+identity to ``seen``): that keeps the cost on a tree to one set lookup and one insertion per container.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence, Sized
-from typing import Final
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from typing import Any, Final
 
 from r3wire.errors import DecodeError
 
-__all__ = ["EXIT", "SHARED_ITEMS_LIMIT", "Guard"]
+__all__ = ["EXIT", "SHARED_ITEMS_LIMIT", "Guard", "holds_any"]
 
 SHARED_ITEMS_LIMIT: Final = 1 << 20
 """Items of shared containers a walk may visit again: about a million (a second of walking at most, measured at
@@ -37,57 +39,64 @@ EXIT: Final = ("r3wire._walk.EXIT",)
 """The marker a walker pushes below a container's children: popping it leaves that container."""
 
 
+def holds_any(items: Iterable[object], kinds: tuple[type, ...]) -> bool:
+    """Whether any of ``items`` is an instance of ``kinds``, decided on each distinct type (the set is built in C):
+    a long list of numbers or strings is sorted out without a Python step per item, by the same predicate as the
+    walk's own ``isinstance``, subclasses included."""
+    return any(issubclass(cls, kinds) for cls in set(map(type, items)))
+
+
 class Guard:
     """Cycle and sharing bookkeeping of one walk (see the module docstring for the protocol).
 
     ``render`` turns the keys and indexes from the root into the JSONPath errors are named by.
     """
 
-    __slots__ = ("_entered", "_limit", "_on_path", "_render", "_seen", "_shared")
+    __slots__ = ("_entered", "_limit", "_on_path", "_render", "_shared", "seen")
 
     def __init__(self, root: object, render: Callable[[Sequence[object]], str], limit: int = SHARED_ITEMS_LIMIT):
         self._render = render
         self._limit = limit
         self._shared = 0
-        self._seen = {id(root)}  # every container reached, by identity (the document keeps them all alive)
+        self.seen = {id(root)}  # every container reached, by identity (the document keeps them all alive)
         self._on_path: set[int] = set()
-        self._entered: list[tuple[int, object]] = []  # (identity, key) of each container from the root down
+        # The entered containers from the root down. Their keys are not kept (a walker's stack then needs no tuple
+        # per container): an error finds them by identity, once.
+        self._entered: list[Any] = []
 
-    def enter(self, node: object, key: object) -> None:
-        """``node``'s children (reached under ``key`` from the entered container above, anything at the root) are
-        about to be pushed."""
-        ident = id(node)
-        self._on_path.add(ident)
-        self._entered.append((ident, key))
+    def enter(self, node: object) -> None:
+        """``node``'s children are about to be pushed."""
+        self._on_path.add(id(node))
+        self._entered.append(node)
 
     def leave(self) -> None:
         """The last entered container's children are all walked."""
-        ident, _ = self._entered.pop()
-        self._on_path.discard(ident)
+        self._on_path.discard(id(self._entered.pop()))
 
-    def child(self, item: Sized, key: object) -> None:
-        """``item``, a container under ``key`` of the last entered one, is about to be pushed.
+    def child(self, item: Sized, key: object, cost: int | None = None) -> None:
+        """``item``, a container under ``key`` of the last entered one, is about to be pushed (or what is made of
+        it again costs ``cost`` items, by default its length).
 
         Raises:
             DecodeError: ``item`` is one of the entered containers (a reference cycle), or walking it again would
                 take the items walked again past the limit; the field is its JSONPath.
         """
         ident = id(item)
-        if ident not in self._seen:
-            self._seen.add(ident)
+        if ident not in self.seen:
+            self.seen.add(ident)
             return
         if ident in self._on_path:
-            depth = next(i for i, (entered, _) in enumerate(self._entered) if entered == ident)
+            depth = next(i for i, entered in enumerate(self._entered) if entered is item)
             raise DecodeError.make(
-                self._path(key),
+                self.path(key),
                 "a tree of values (no reference cycles)",
                 f"a reference to its own enclosing container {self._render(self._keys(depth))}",
                 raw=True,
             )
-        self._shared += len(item)
+        self._shared += len(item) if cost is None else cost
         if self._shared > self._limit:
             raise DecodeError.make(
-                self._path(key),
+                self.path(key),
                 f"a document whose shared containers (one object referenced from several places, which JSON text "
                 f"cannot hold) repeat at most {self._limit} items in all",
                 "more (a container referenced again and again)",
@@ -95,8 +104,13 @@ class Guard:
             )
 
     def _keys(self, depth: int) -> list[object]:
-        """The keys from the root down to the entered container at ``depth`` (the root's own key left out)."""
-        return [key for _, key in self._entered[1 : depth + 1]]
+        """The keys from the root down to the entered container at ``depth``."""
+        keys = []
+        for parent, node in zip(self._entered[:depth], self._entered[1 : depth + 1], strict=True):
+            items = parent.items() if isinstance(parent, Mapping) else enumerate(parent)
+            keys.append(next(key for key, item in items if item is node))
+        return keys
 
-    def _path(self, key: object) -> str:
+    def path(self, key: object) -> str:
+        """The JSONPath of the item under ``key`` of the last entered container (found by identity: errors only)."""
         return self._render([*self._keys(len(self._entered) - 1), key])

@@ -19,7 +19,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
-from r3wire._walk import EXIT, Guard
+from r3wire._walk import EXIT, Guard, holds_any
 from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.logprobs import ClampResult, clamp_logprobs, decode_logprobs, read_logprobs_content
@@ -142,6 +142,7 @@ def find_routes(root: object) -> Iterator[Found]:
             guard.leave()
             continue
         is_field, node, link, key, context, outer = entry
+        entered = False
         if is_field:
             yield Found(node, _parts(link), key, context, outer)
             continue
@@ -151,39 +152,38 @@ def find_routes(root: object) -> Iterator[Found]:
                 continue
             inner = (context, node, link)
             children: list[_Item] = []
-            guard.enter(node, None if link is None else link[1])
             for child_key, item in node.items():
                 if child_key in ROUTES_FIELDS:
                     if item is not None:  # vLLM sends null when capture is off
                         children.append((True, item, (link, child_key), child_key, inner, outer))
                 elif isinstance(item, _WALKED) and child_key not in _NO_ROUTES_KEYS:
+                    if not entered:
+                        entered = _enter(guard, node, stack)
                     guard.child(item, child_key)
                     children.append((False, item, (link, child_key), None, inner, outer))
         elif isinstance(node, (list, tuple)):  # an in-process document may build its arrays as tuples
-            if len(node) >= _LONG_LIST and not _holds_containers(node):
+            if len(node) >= _LONG_LIST and not holds_any(node, _WALKED):
                 continue
             # A list starts a new context: one choice's token ids never belong to its sibling's routes. What holds
             # the list stays reachable as `outer`, for what a response shares among its choices (vLLM chat's prompt).
             shared = context if context is not None else outer
             children = []
-            guard.enter(node, None if link is None else link[1])
             for i, item in enumerate(node):
                 if isinstance(item, _WALKED):
+                    if not entered:
+                        entered = _enter(guard, node, stack)
                     guard.child(item, i)
                     children.append((False, item, (link, i), None, None, shared))
         else:
             continue
-        if children:
-            stack.append(_EXIT)
-            stack.extend(reversed(children))
-        else:
-            guard.leave()
+        stack.extend(reversed(children))
 
 
-def _holds_containers(items: Sequence[Any]) -> bool:
-    """Whether any of ``items`` is walked: one predicate with the walk's own, on each distinct type (a set built
-    in C, so a long list of numbers or strings is sorted out without a Python loop over it)."""
-    return any(issubclass(cls, _WALKED) for cls in set(map(type, items)))
+def _enter(guard: Guard, node: object, stack: list[_Item]) -> bool:
+    """Enter ``node`` before its first child container: the guard, then the exit marker."""
+    guard.enter(node)
+    stack.append(_EXIT)
+    return True
 
 
 def relocated(error: R3WireError, where: Sequence[object] | str) -> R3WireError:
