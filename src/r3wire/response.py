@@ -1269,7 +1269,9 @@ def loads(
     Args:
         data: the JSON text, as any bytes-like object (bytes, bytearray, memoryview, a NumPy uint8 array; no
             copy is made) or ``str``; or a document already parsed (what ``httpx``'s or ``aiohttp``'s
-            ``.json()`` return), whose envelopes are decoded into a copy of its dicts, lists and tuples.
+            ``.json()`` return), whose envelopes are decoded into a copy of its dicts, lists and tuples: a container
+            referenced from several places is copied (and an envelope decoded) once per place, as its JSON text
+            would parse, up to :data:`r3wire._walk.SHARED_ITEMS_LIMIT` items made again.
         num_experts: the model's expert count: every routes envelope must agree with it (ids below it, and its
             own ``num_experts`` equal when present).
         max_elements: refuse any envelope declaring more elements than this, before decoding it; the decoders'
@@ -1279,7 +1281,8 @@ def loads(
         The document, with arrays in place of envelopes.
 
     Raises:
-        DecodeError: the text is not valid JSON, or an envelope in it is malformed; the field is a path such as
+        DecodeError: the text is not valid JSON, or an envelope in it is malformed, or a parsed document holds a
+            reference cycle or shares containers past that limit; the field is a path such as
             ``$.choices[0].routed_experts.shape``.
         UnsupportedVersionError: an envelope's schema version is newer than this release reads.
         R3WireError: ``num_experts`` or ``max_elements`` is invalid.

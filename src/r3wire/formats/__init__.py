@@ -375,7 +375,9 @@ def detect(payload: object, *, num_layers: int | None = None, top_k: int | None 
 
     Raises:
         DecodeError: the payload matches no format, or could be more than one (the message says what to pass);
-            a whole body, choice or message is refused with the paths of the routes inside it.
+            a whole body, choice or message is refused with the paths of the routes inside it; a
+            ``routed_experts`` value holding ``routed_experts`` again, and a reference cycle, are refused at
+            their path.
     """
     return _detect(payload, has_shape=num_layers is not None and top_k is not None)[0]
 
@@ -572,7 +574,9 @@ def read_response(
             the text is not JSON or holds a JSON scalar, or a routes field, its token ids or its logprobs are
             malformed, or the logprobs are not one per token id (or an SGLang entry names another token id), or
             token ids (prompt or completion) are malformed or more than ``max_elements``, or the routes have more
-            rows than the call's prompt and completion ids have tokens; the field is the JSONPath of the problem
+            rows than the call's prompt and completion ids have tokens, or a routes value holds ``routed_experts``
+            again, or a body built in process holds a reference cycle or shares containers past
+            :data:`r3wire._walk.SHARED_ITEMS_LIMIT`; the field is the JSONPath of the problem
             (``$.choices[0].routed_experts.shape``, ``$.choices[0].logprobs.content``, ``$.prompt_token_ids[2]``,
             ``$.choices[0].routed_experts``).
         R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path;
