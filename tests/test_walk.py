@@ -199,6 +199,17 @@ def test_moderate_sharing_is_read_in_full() -> None:
     assert formats.read_response(doc) == []
 
 
+def test_a_batch_of_one_large_body_sixteen_times_is_read_in_full() -> None:
+    # Past the fixed bound, a document may repeat up to 16 times its own items: loads copies every container.
+    body = {"choices": [{"routed_experts": _npy(R), "token_ids": list(range(SHARED_ITEMS_LIMIT // 10))}]}
+    loaded = r3wire.loads([body] * 16)
+    assert len(loaded) == 16
+    assert loaded[15]["choices"][0]["token_ids"] == body["choices"][0]["token_ids"]
+    assert len(formats.read_response([body] * 16)) == 16
+    with pytest.raises(DecodeError, match=r"repeat at most \d+ items in all \(16 times the document's own"):
+        r3wire.loads([body] * 18)
+
+
 def test_a_shared_envelope_counts_the_elements_it_decodes_again() -> None:
     routes = np.zeros((SHARED_ITEMS_LIMIT // 16, 2, 2), np.uint8)  # a quarter of the limit, decoded per place
     envelope = orjson.loads(r3wire.dumps({"routed_experts": routes}))["routed_experts"]

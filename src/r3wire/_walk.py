@@ -6,8 +6,9 @@ container from several places (a DAG) or from inside itself (a reference cycle).
 as the copy the document's JSON text would hold, since that is what :func:`r3wire.dumps` would write and what a
 peer would parse. A cycle has no JSON text (``dumps`` refuses it): it is refused. Sharing has one, but it can be
 exponentially larger than the document in memory (``x = [x, x]`` twenty times is a million copies of the innermost
-list): walking it again is allowed up to :data:`SHARED_ITEMS_LIMIT` items, then refused. A trainer that puts one
-``token_ids`` list in two choices, or sends ``[body] * 16`` as a batch, stays far below that.
+list): walking it again is allowed up to :data:`SHARED_ITEMS_LIMIT` items or :data:`SHARED_FACTOR` times the
+document's own, whichever is more, then refused. A trainer that puts one ``token_ids`` list in two choices, or
+sends ``[body] * 16`` as a batch, stays within that.
 
 The protocol, for a walker with an explicit stack: before pushing the first child container of a container,
 :meth:`Guard.enter` it and push :data:`EXIT` (popping it is :meth:`Guard.leave`); pass each child container to
@@ -25,15 +26,21 @@ from typing import Any, Final
 
 from r3wire.errors import DecodeError
 
-__all__ = ["EXIT", "SHARED_ITEMS_LIMIT", "Guard", "holds_any"]
+__all__ = ["EXIT", "SHARED_FACTOR", "SHARED_ITEMS_LIMIT", "Guard", "holds_any"]
 
 SHARED_ITEMS_LIMIT: Final = 1 << 20
-"""Items of shared containers a walk may visit again: about a million (a second of walking at most, measured at
-~1 µs an item in :func:`r3wire.formats.find_routes`; at least 2 MB of the JSON text the references stand for).
+"""Items of shared containers a walk may visit again whatever the document's size: about a million (a second of
+walking at most, measured at ~1 µs an item in :func:`r3wire.formats.find_routes`).
 
 A count of items, not of containers: one shared list of a million ids costs a million each time it is reached
 again, and an empty one nothing. Not tied to ``max_elements``, which bounds the ids of one array (a byte each,
 in C); a walked item costs a Python step and, in :func:`r3wire.loads`, a copied container."""
+
+SHARED_FACTOR: Final = 16
+"""Past :data:`SHARED_ITEMS_LIMIT`, a document may still have this many times its own items (each distinct
+container counted once) walked again: ``[body] * 16``, a batch of one parsed body sixteen times, is read in full by
+:func:`r3wire.loads` too, which copies every container, whatever the body's size. The walk then costs at most
+about 17 times what the same document as a tree would: bounded by what the caller holds, never exponential."""
 
 EXIT: Final = ("r3wire._walk.EXIT",)
 """The marker a walker pushes below a container's children: popping it leaves that container."""
@@ -46,17 +53,35 @@ def holds_any(items: Iterable[object], kinds: tuple[type, ...]) -> bool:
     return any(issubclass(cls, kinds) for cls in set(map(type, items)))
 
 
+def _own_items(root: object) -> int:
+    """The items of every distinct container in ``root``, each counted once (what the document holds in memory)."""
+    seen: set[int] = set()
+    stack = [root]
+    total = 0
+    while stack:
+        node: Any = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        total += len(node)
+        items = node.values() if isinstance(node, Mapping) else node
+        stack.extend(item for item in items if isinstance(item, (Mapping, list, tuple)))
+    return total
+
+
 class Guard:
     """Cycle and sharing bookkeeping of one walk (see the module docstring for the protocol).
 
     ``render`` turns the keys and indexes from the root into the JSONPath errors are named by.
     """
 
-    __slots__ = ("_entered", "_limit", "_on_path", "_render", "_shared", "seen")
+    __slots__ = ("_counted", "_entered", "_limit", "_on_path", "_render", "_root", "_shared", "seen")
 
-    def __init__(self, root: object, render: Callable[[Sequence[object]], str], limit: int = SHARED_ITEMS_LIMIT):
+    def __init__(self, root: object, render: Callable[[Sequence[object]], str]) -> None:
+        self._root = root
         self._render = render
-        self._limit = limit
+        self._limit = SHARED_ITEMS_LIMIT
+        self._counted = False
         self._shared = 0
         self.seen = {id(root)}  # every container reached, by identity (the document keeps them all alive)
         self._on_path: set[int] = set()
@@ -94,11 +119,16 @@ class Guard:
                 raw=True,
             )
         self._shared += len(item) if cost is None else cost
+        if self._shared > self._limit and not self._counted:
+            # Counted once, only by a walk that got this far: a tree never pays for it.
+            self._counted = True
+            self._limit = max(self._limit, SHARED_FACTOR * _own_items(self._root))
         if self._shared > self._limit:
             raise DecodeError.make(
                 self.path(key),
                 f"a document whose shared containers (one object referenced from several places, which JSON text "
-                f"cannot hold) repeat at most {self._limit} items in all",
+                f"cannot hold) repeat at most {self._limit} items in all ({SHARED_FACTOR} times the document's own, "
+                f"or {SHARED_ITEMS_LIMIT})",
                 "more (a container referenced again and again)",
                 raw=True,
             )

@@ -1271,7 +1271,8 @@ def loads(
             copy is made) or ``str``; or a document already parsed (what ``httpx``'s or ``aiohttp``'s
             ``.json()`` return), whose envelopes are decoded into a copy of its dicts, lists and tuples: a container
             referenced from several places is copied (and an envelope decoded) once per place, as its JSON text
-            would parse, up to :data:`r3wire._walk.SHARED_ITEMS_LIMIT` items made again.
+            would parse, within the bound :class:`r3wire._walk.Guard` sets (2**20 items made again, or 16 times
+            the document's own).
         num_experts: the model's expert count: every routes envelope must agree with it (ids below it, and its
             own ``num_experts`` equal when present).
         max_elements: refuse any envelope declaring more elements than this, before decoding it; the decoders'

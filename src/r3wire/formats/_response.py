@@ -130,7 +130,7 @@ def find_routes(root: object) -> Iterator[Found]:
 
     Raises:
         DecodeError: ``root`` (a document built in process) holds a reference cycle, or shares containers past
-            :data:`r3wire._walk.SHARED_ITEMS_LIMIT` (see :class:`r3wire._walk.Guard`); the field is the JSONPath.
+            the bound of :class:`r3wire._walk.Guard`; the field is the JSONPath.
     """
     # An explicit stack (parsed bodies may nest deeper than the recursion limit), pushed in reverse so items come
     # off it in document order; a routes field is an item of its own so it keeps its place among its siblings.
