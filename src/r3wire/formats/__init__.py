@@ -232,12 +232,22 @@ def _positive(value: int | None, field: str) -> int | None:
     return None if value is None else check_int(value, field, minimum=1, maximum=1 << 31, error=R3WireError)
 
 
-def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool) -> tuple[str, object]:
+def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool, *, nested: bool = False) -> tuple[str, object]:
+    """``nested``: ``obj`` is itself the value of a ``routed_experts`` field."""
     if KEY_SCHEMA in obj or KEY_VERSION in obj:
         return "r3wire", obj
     if KEY_MANIFEST in obj:
         return "fireworks-trace", obj
     if KEY_ROUTED_EXPERTS in obj:
+        if nested:
+            # No engine nests a routes field in a routes field (docs/formats.md, "Whole responses"): refused here,
+            # not unwrapped level after level, which recursed once per level into a RecursionError on 6 KB of JSON.
+            raise DecodeError.make(
+                f"{KEY_ROUTED_EXPERTS}.{KEY_ROUTED_EXPERTS}",
+                "absent: a routes value holds the routes itself, never another routed_experts field",
+                f"an object with keys {sorted(describe(k)[:20] for k in list(obj)[:8])}",
+                raw=True,
+            )
         return _detect_routed_experts_field(obj, has_shape)
     if KEY_DATA in obj and KEY_SHAPE in obj:
         if "start" in obj:
@@ -281,8 +291,10 @@ def _detect_routed_experts_field(holder: Mapping[Any, Any], has_shape: bool) -> 
         raise DecodeError.make(
             KEY_ROUTED_EXPERTS, "a routes value", "null (the engine returned no routes for this choice)", raw=True
         )
-    if isinstance(value, (Mapping, list)):
-        return _detect(value, has_shape=has_shape)
+    if isinstance(value, Mapping):
+        return _detect_mapping(value, has_shape, nested=True)
+    if isinstance(value, list):
+        return _detect_list(value), value
     if isinstance(value, (str, bytes, bytearray, memoryview)):
         value = byte_text(value, KEY_ROUTED_EXPERTS)
         if _is_json_text(value):
@@ -363,7 +375,9 @@ def detect(payload: object, *, num_layers: int | None = None, top_k: int | None 
 
     Raises:
         DecodeError: the payload matches no format, or could be more than one (the message says what to pass);
-            a whole body, choice or message is refused with the paths of the routes inside it.
+            a whole body, choice or message is refused with the paths of the routes inside it; a
+            ``routed_experts`` value holding ``routed_experts`` again, and a reference cycle, are refused at
+            their path.
     """
     return _detect(payload, has_shape=num_layers is not None and top_k is not None)[0]
 
@@ -565,7 +579,9 @@ def read_response(
             malformed (an envelope of logprobs that is not 1-d included), or the logprobs are not one per token id
             (or an SGLang entry names another token id), or
             token ids (prompt or completion) are malformed or more than ``max_elements``, or the routes have more
-            rows than the call's prompt and completion ids have tokens; the field is the JSONPath of the problem
+            rows than the call's prompt and completion ids have tokens, or a routes value holds ``routed_experts``
+            again, or a body built in process holds a reference cycle or shares containers past the bound of
+            :class:`r3wire._walk.Guard`; the field is the JSONPath of the problem
             (``$.choices[0].routed_experts.shape``, ``$.choices[0].logprobs.content``, ``$.prompt_token_ids[2]``,
             ``$.choices[0].routed_experts``).
         R3WireError: a bad argument, or routes that need ``num_layers`` and ``top_k`` without them (at the path;

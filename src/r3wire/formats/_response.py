@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
+from r3wire._walk import EXIT, Guard, holds_any
 from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.logprobs import (
@@ -76,7 +77,8 @@ _NO_ROUTES_KEYS: Final = frozenset(
 # Lists at least this long are first sorted out by the types they hold, in C: a list of numbers or strings
 # (token ids, text pieces) holds no routes and is skipped without a Python loop over it.
 _LONG_LIST: Final = 16
-_CONTAINERS: Final = frozenset({dict, list, tuple})
+# What the walk enters: any mapping (a dict subclass, MappingProxyType...), list or tuple, subclasses included.
+_WALKED: Final = (Mapping, list, tuple)
 
 
 # A node's path as a link to its parent's: (parent link, key or index), None at the root. Every node holds one
@@ -87,6 +89,7 @@ _Link = tuple[Any, object] | None
 _Context = tuple[Any, Mapping[str, Any], _Link] | None
 # A stack item of find_routes: (is a routes field, node, link, routes key, context, the context outside the list).
 _Item = tuple[bool, Any, _Link, str | None, _Context, _Context]
+_EXIT: Final[_Item] = (False, EXIT, None, None, None, None)  # popping it leaves the container entered last
 
 
 def _parts(link: _Link) -> tuple[object, ...]:
@@ -134,12 +137,23 @@ def _is_routes_envelope(node: Mapping[str, Any]) -> bool:
 
 
 def find_routes(root: object) -> Iterator[Found]:
-    """Every routes field of ``root`` in document order (the routes values themselves are not entered)."""
+    """Every routes field of ``root`` in document order (the routes values themselves are not entered).
+
+    Raises:
+        DecodeError: ``root`` (a document built in process) holds a reference cycle, or shares containers past
+            the bound of :class:`r3wire._walk.Guard`; the field is the JSONPath.
+    """
     # An explicit stack (parsed bodies may nest deeper than the recursion limit), pushed in reverse so items come
     # off it in document order; a routes field is an item of its own so it keeps its place among its siblings.
     stack: list[_Item] = [(False, root, None, None, None, None)]
+    guard = Guard(root, _path)
     while stack:
-        is_field, node, link, key, context, outer = stack.pop()
+        entry = stack.pop()
+        if entry is _EXIT:
+            guard.leave()
+            continue
+        is_field, node, link, key, context, outer = entry
+        entered = False
         if is_field:
             yield Found(node, _parts(link), key, context, outer)
             continue
@@ -153,20 +167,34 @@ def find_routes(root: object) -> Iterator[Found]:
                 if child_key in ROUTES_FIELDS:
                     if item is not None:  # vLLM sends null when capture is off
                         children.append((True, item, (link, child_key), child_key, inner, outer))
-                elif isinstance(item, (Mapping, list, tuple)) and child_key not in _NO_ROUTES_KEYS:
+                elif isinstance(item, _WALKED) and child_key not in _NO_ROUTES_KEYS:
+                    if not entered:
+                        entered = _enter(guard, node, stack)
+                    guard.child(item, child_key)
                     children.append((False, item, (link, child_key), None, inner, outer))
-            stack.extend(reversed(children))
         elif isinstance(node, (list, tuple)):  # an in-process document may build its arrays as tuples
-            if len(node) >= _LONG_LIST and not _CONTAINERS.intersection(map(type, node)):
+            if len(node) >= _LONG_LIST and not holds_any(node, _WALKED):
                 continue
             # A list starts a new context: one choice's token ids never belong to its sibling's routes. What holds
             # the list stays reachable as `outer`, for what a response shares among its choices (vLLM chat's prompt).
             shared = context if context is not None else outer
-            stack.extend(
-                (False, item, (link, i), None, None, shared)
-                for i, item in reversed(list(enumerate(node)))
-                if isinstance(item, (Mapping, list, tuple))
-            )
+            children = []
+            for i, item in enumerate(node):
+                if isinstance(item, _WALKED):
+                    if not entered:
+                        entered = _enter(guard, node, stack)
+                    guard.child(item, i)
+                    children.append((False, item, (link, i), None, None, shared))
+        else:
+            continue
+        stack.extend(reversed(children))
+
+
+def _enter(guard: Guard, node: object, stack: list[_Item]) -> bool:
+    """Enter ``node`` before its first child container: the guard, then the exit marker."""
+    guard.enter(node)
+    stack.append(_EXIT)
+    return True
 
 
 def relocated(error: R3WireError, where: Sequence[object] | str) -> R3WireError:

@@ -1,0 +1,146 @@
+"""The guard every explicit-stack walk of a parsed document uses against what only a document built in process can
+hold: a container inside itself, and containers shared so widely that the walk would never end.
+
+JSON text parses into a tree: each dict and list appears once. A document built in process can reference one
+container from several places (a DAG) or from inside itself (a reference cycle). A walker handles each reference
+as the copy the document's JSON text would hold, since that is what :func:`r3wire.dumps` would write and what a
+peer would parse. A cycle has no JSON text (``dumps`` refuses it): it is refused. Sharing has one, but it can be
+exponentially larger than the document in memory (``x = [x, x]`` twenty times is a million copies of the innermost
+list): walking it again is allowed up to :data:`SHARED_ITEMS_LIMIT` items or :data:`SHARED_FACTOR` times the
+document's own, whichever is more, then refused. A trainer that puts one ``token_ids`` list in two choices, or
+sends ``[body] * 16`` as a batch, stays within that.
+
+The protocol, for a walker with an explicit stack: before pushing the first child container of a container,
+:meth:`Guard.enter` it and push :data:`EXIT` (popping it is :meth:`Guard.leave`); pass each child container to
+:meth:`Guard.child` as it is pushed, before any copy of it is made. The entered containers are then exactly the
+ancestors of what is pushed, so a child among them closes a cycle. A container without containers inside is never
+entered: it cannot be an ancestor. A walker over every container of large documents (:func:`r3wire.loads`) may
+test ``id(item) in guard.seen`` itself and call :meth:`Guard.child` only when it is (a first reach only adds the
+identity to ``seen``): that keeps the cost on a tree to one set lookup and one insertion per container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from typing import Any, Final
+
+from r3wire.errors import DecodeError
+
+__all__ = ["EXIT", "SHARED_FACTOR", "SHARED_ITEMS_LIMIT", "Guard", "holds_any"]
+
+SHARED_ITEMS_LIMIT: Final = 1 << 20
+"""Items of shared containers a walk may visit again whatever the document's size: about a million (a second of
+walking at most, measured at ~1 µs an item in :func:`r3wire.formats.find_routes`).
+
+A count of items, not of containers: one shared list of a million ids costs a million each time it is reached
+again, and an empty one nothing. Not tied to ``max_elements``, which bounds the ids of one array (a byte each,
+in C); a walked item costs a Python step and, in :func:`r3wire.loads`, a copied container."""
+
+SHARED_FACTOR: Final = 16
+"""Past :data:`SHARED_ITEMS_LIMIT`, a document may still have this many times its own items (each distinct
+container counted once) walked again: ``[body] * 16``, a batch of one parsed body sixteen times, is read in full by
+:func:`r3wire.loads` too, which copies every container, whatever the body's size. The walk then costs at most
+about 17 times what the same document as a tree would: bounded by what the caller holds, never exponential."""
+
+EXIT: Final = ("r3wire._walk.EXIT",)
+"""The marker a walker pushes below a container's children: popping it leaves that container."""
+
+
+def holds_any(items: Iterable[object], kinds: tuple[type, ...]) -> bool:
+    """Whether any of ``items`` is an instance of ``kinds``, decided on each distinct type (the set is built in C):
+    a long list of numbers or strings is sorted out without a Python step per item, by the same predicate as the
+    walk's own ``isinstance``, subclasses included."""
+    return any(issubclass(cls, kinds) for cls in set(map(type, items)))
+
+
+def _own_items(root: object) -> int:
+    """The items of every distinct container in ``root``, each counted once (what the document holds in memory)."""
+    seen: set[int] = set()
+    stack = [root]
+    total = 0
+    while stack:
+        node: Any = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        total += len(node)
+        items = node.values() if isinstance(node, Mapping) else node
+        stack.extend(item for item in items if isinstance(item, (Mapping, list, tuple)))
+    return total
+
+
+class Guard:
+    """Cycle and sharing bookkeeping of one walk (see the module docstring for the protocol).
+
+    ``render`` turns the keys and indexes from the root into the JSONPath errors are named by.
+    """
+
+    __slots__ = ("_counted", "_entered", "_limit", "_on_path", "_render", "_root", "_shared", "seen")
+
+    def __init__(self, root: object, render: Callable[[Sequence[object]], str]) -> None:
+        self._root = root
+        self._render = render
+        self._limit = SHARED_ITEMS_LIMIT
+        self._counted = False
+        self._shared = 0
+        self.seen = {id(root)}  # every container reached, by identity (the document keeps them all alive)
+        self._on_path: set[int] = set()
+        # The entered containers from the root down. Their keys are not kept (a walker's stack then needs no tuple
+        # per container): an error finds them by identity, once.
+        self._entered: list[Any] = []
+
+    def enter(self, node: object) -> None:
+        """``node``'s children are about to be pushed."""
+        self._on_path.add(id(node))
+        self._entered.append(node)
+
+    def leave(self) -> None:
+        """The last entered container's children are all walked."""
+        self._on_path.discard(id(self._entered.pop()))
+
+    def child(self, item: Sized, key: object, cost: int | None = None) -> None:
+        """``item``, a container under ``key`` of the last entered one, is about to be pushed (or what is made of
+        it again costs ``cost`` items, by default its length).
+
+        Raises:
+            DecodeError: ``item`` is one of the entered containers (a reference cycle), or walking it again would
+                take the items walked again past the limit; the field is its JSONPath.
+        """
+        ident = id(item)
+        if ident not in self.seen:
+            self.seen.add(ident)
+            return
+        if ident in self._on_path:
+            depth = next(i for i, entered in enumerate(self._entered) if entered is item)
+            raise DecodeError.make(
+                self.path(key),
+                "a tree of values (no reference cycles)",
+                f"a reference to its own enclosing container {self._render(self._keys(depth))}",
+                raw=True,
+            )
+        self._shared += len(item) if cost is None else cost
+        if self._shared > self._limit and not self._counted:
+            # Counted once, only by a walk that got this far: a tree never pays for it.
+            self._counted = True
+            self._limit = max(self._limit, SHARED_FACTOR * _own_items(self._root))
+        if self._shared > self._limit:
+            raise DecodeError.make(
+                self.path(key),
+                f"a document whose shared containers (one object referenced from several places, which JSON text "
+                f"cannot hold) repeat at most {self._limit} items in all ({SHARED_FACTOR} times the document's own, "
+                f"or {SHARED_ITEMS_LIMIT})",
+                "more (a container referenced again and again)",
+                raw=True,
+            )
+
+    def _keys(self, depth: int) -> list[object]:
+        """The keys from the root down to the entered container at ``depth``."""
+        keys = []
+        for parent, node in zip(self._entered[:depth], self._entered[1 : depth + 1], strict=True):
+            items = parent.items() if isinstance(parent, Mapping) else enumerate(parent)
+            keys.append(next(key for key, item in items if item is node))
+        return keys
+
+    def path(self, key: object) -> str:
+        """The JSONPath of the item under ``key`` of the last entered container (found by identity: errors only)."""
+        return self._render([*self._keys(len(self._entered) - 1), key])
