@@ -364,7 +364,7 @@ def test_error_paths_stay_short_for_long_keys_and_deep_documents() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", [np.timedelta64(5, "s"), np.timedelta64("NaT"), np.timedelta64(5, "ns"), np.datetime64("2020-01-01")]
+    "value", [np.timedelta64(5, "s"), np.timedelta64("NaT", "s"), np.timedelta64(5, "ns"), np.datetime64("2020-01-01")]
 )
 def test_timedelta64_and_datetime64_scalars_are_refused_at_their_path(value: Any) -> None:
     # np.timedelta64 is an np.signedinteger: int() of it raised TypeError, or dropped the unit ("ns" came out as 5).

@@ -421,7 +421,7 @@ def test_logprobs_changed_before_streaming_are_sent_exactly_or_refused(
 # raised TypeError or dropped the unit).
 SCALAR_DTYPES = [
     "?", "i1", "u1", "<i2", "<u4", "<i8", "<u8", "<f2", "<f4", "<f8", "g", "c8", "c16",
-    "m8", "m8[ns]", "m8[s]", "m8[D]", "M8[ns]", "M8[s]", "M8[D]", "S3", "U3",
+    "m8[ns]", "m8[s]", "m8[D]", "M8[ns]", "M8[s]", "M8[D]", "S3", "U3",
 ]  # fmt: skip
 SCALARS = st.one_of(
     st.sampled_from(SCALAR_DTYPES).flatmap(
