@@ -374,6 +374,9 @@ def test_timedelta64_and_datetime64_scalars_are_refused_at_their_path(value: Any
             write({"latency": [value]})
         assert info.value.field == "$.latency[0]"
         assert "JSON-serializable" in str(info.value)
+    # Even where orjson is asked to write NumPy values: it writes NaT as 1970-01-01 (and crashed on some dates).
+    with pytest.raises(r3wire.EncodeError):
+        r3wire.dumps({"at": value}, option=orjson.OPT_SERIALIZE_NUMPY)
     # Nor is one an integer or a logprob where values are read.
     with pytest.raises(r3wire.R3WireError):
         r3wire.read_logprobs_content({"content": [{"logprob": value}]})

@@ -476,8 +476,8 @@ class _Writer:
             return self._float(float(value))
         if isinstance(value, np.str_):
             return str(value)
-        if isinstance(value, np.datetime64) and self.option & orjson.OPT_SERIALIZE_NUMPY:
-            return value  # orjson writes it as an RFC 3339 string (or refuses it)
+        # np.datetime64 is refused even with OPT_SERIALIZE_NUMPY: orjson writes NaT as "1970-01-01T00:00:00" and
+        # dates past its range as other dates (orjson 3.9 on NumPy 1.24 crashed the process on some).
         raise self._not_json(value)
 
     def _not_json(self, value: np.generic) -> _PathError:
