@@ -242,11 +242,10 @@ def _check_distinct(arr: Array, field: str, *, rows: Array | None = None) -> Non
     repeated = (ordered[..., 1:] == ordered[..., :-1]).any(axis=-1)
     if repeated.any():
         row, layer = (int(i) for i in np.argwhere(repeated)[0])
-        ids = arr[row, layer].tolist()
         raise _fail(
             f"{field}[row {row if rows is None else int(rows[row])}, layer {layer}]",
             "distinct expert ids within a row",
-            describe(ids),
+            describe(arr[row, layer].tolist()),
         )
 
 
@@ -1369,9 +1368,11 @@ class RouteTrace:
             if keep is not None:
                 _check_filler(arr.shape[2], dtype, None, "routes.shape[2]", trace=True)  # its rows pad the others
         overlap = min(self._rows - begin, arr.shape[0])
-        # Rows compared in the overlap: replayed by this call and by an earlier one (None: all of them).
-        earlier = None if self._kept is None else self._kept[begin : begin + max(overlap, 0)]
-        compared = _both(earlier, None if keep is None else keep[: max(overlap, 0)])
+        # The overlap's row masks (None: every row replayed), and the rows compared: replayed by this call and by
+        # an earlier one. begin <= rows, so overlap >= 0.
+        earlier = None if self._kept is None else self._kept[begin : begin + overlap]
+        now = None if keep is None else keep[:overlap]
+        compared = _both(earlier, now)
         differing = None
         if buf is not None and overlap > 0:
             unequal = buf[begin : begin + overlap] != arr[:overlap]
@@ -1393,7 +1394,7 @@ class RouteTrace:
         masked = keep is not None or self._kept is not None
         # Overlap rows this call writes when a row was not replayed: a row replayed only now fills a gap, and
         # "replace" takes every row this call replayed.
-        taken = self._taken(keep, begin, overlap, replace=replace) if masked else None
+        taken = _taken(earlier, now, overlap, replace=replace) if masked else None
         room = None if tokens is None else self._token_room(tokens.shape[0])
         buf = self._reserve(end, arr.shape[1:], dtype)
         if (taken.size if taken is not None else replace) and self._shared:
@@ -1416,16 +1417,6 @@ class RouteTrace:
             assert tokens is not None
             self._record_tokens(tokens, room)
         self._verified = tokens is not None
-
-    def _taken(self, keep: Array | None, begin: int, overlap: int, *, replace: bool) -> Array:
-        """The overlap rows (call row numbers) a call writes when some row, recorded or new, was not replayed."""
-        if overlap <= 0:
-            return np.zeros(0, dtype=np.intp)
-        now = np.ones(overlap, dtype=np.bool_) if keep is None else keep[:overlap]
-        if replace:
-            return np.flatnonzero(now)
-        earlier = np.ones(overlap, dtype=np.bool_) if self._kept is None else self._kept[begin : begin + overlap]
-        return np.flatnonzero(now & ~earlier)
 
     def _record_masked(
         self, arr: Array, keep: Array | None, taken: Array, *, begin: int, overlap: int, end: int
@@ -1683,6 +1674,16 @@ class RouteTrace:
             self._buf = buf = buf[:rows].copy()
         self._shared = True
         return (buf if buf.shape[0] == rows else buf[:rows]), rows
+
+
+def _taken(earlier: Array | None, now: Array | None, overlap: int, *, replace: bool) -> Array:
+    """The overlap rows (call row numbers) a call writes when some row, recorded or new, was not replayed: a row
+    replayed only now fills a gap, and ``"replace"`` takes every row this call replayed."""
+    if replace:
+        return np.arange(overlap) if now is None else np.flatnonzero(now)
+    if earlier is None:
+        return np.zeros(0, dtype=np.intp)  # every recorded row was replayed: no gap to fill
+    return np.flatnonzero(~earlier if now is None else now & ~earlier)
 
 
 def _both(first: Array | None, second: Array | None) -> Array | None:
