@@ -27,7 +27,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from itertools import pairwise
-from typing import Any, Final, Literal, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 import numpy as np
 
@@ -45,6 +45,9 @@ from r3wire._validate import (
 )
 from r3wire.errors import R3WireError, describe
 from r3wire.routes import route_dtype
+
+if TYPE_CHECKING:
+    from r3wire.formats import ReadResult
 
 __all__ = ["RouteTrace", "pack_routes", "pad_routes", "pad_sequences", "unpack_routes", "validate_routes"]
 
@@ -1108,6 +1111,105 @@ def _differs(a: Array, b: Array) -> bool:
     return bool(np.count_nonzero(a != b))
 
 
+def _select_layers(routes: Array, layers: slice | Sequence[int] | None) -> Array:
+    """``routes[:, layers]``, with ``layers`` checked: a slice, or distinct in-range indexes; one layer at least."""
+    if layers is None:
+        return routes
+    n_layers = routes.shape[1]
+    if isinstance(layers, slice):
+        try:
+            chosen = range(n_layers)[layers]
+        except (TypeError, ValueError) as exc:  # non-integer bounds, a zero step
+            raise _fail("layers", "a slice of layer indexes or a sequence of them", f"{layers!r} ({exc})") from None
+        picked = list(chosen)
+    else:
+        if isinstance(layers, (str, bytes)) or not isinstance(layers, (Sequence, np.ndarray)):
+            raise _fail("layers", "None, a slice or a sequence of layer indexes", describe(layers))
+        if len(layers) > n_layers:
+            raise _fail("layers", f"at most {n_layers} distinct layer indexes", f"{len(layers)} indexes")
+        picked = []
+        for i, index in enumerate(layers):
+            if not is_int(index) or not 0 <= int(index) < n_layers:
+                raise _fail(f"layers[{i}]", f"a layer index in 0 .. {n_layers - 1}", describe(index))
+            picked.append(int(index))
+        if len(set(picked)) != len(picked):
+            raise _fail("layers", "distinct layer indexes", str(picked)[:80])
+    if not picked:
+        raise _fail("layers", f"a selection of at least one of the {n_layers} layers", f"{layers!r}"[:80])
+    return routes[:, picked] if picked != list(range(n_layers)) else routes
+
+
+def _result_tokens(result: ReadResult, token_ids: object, limit: int | None) -> Array:
+    """A read response's call tokens: the response's own, or the given ones checked against what it carries."""
+    if token_ids is None:
+        if result.prompt_token_ids is None or result.token_ids is None:
+            lacking = "prompt_token_ids" if result.prompt_token_ids is None else "token_ids"
+            raise _fail(
+                "token_ids",
+                "the call's token ids, prompt then completion: carried by the response (vLLM return_token_ids, "
+                "SGLang return_prompt_token_ids) or passed as token_ids=",
+                f"a response without {lacking}",
+            )
+        return result.call_token_ids()
+    tokens = _as_tokens(token_ids, "token_ids", limit=limit)
+    if result.prompt_token_ids is not None and result.token_ids is not None:
+        own = result.call_token_ids()
+        expected = "the response's own prompt_token_ids + token_ids"
+    elif result.token_ids is not None:
+        own = result.token_ids
+        if tokens.shape[0] < own.shape[0]:
+            raise _fail(
+                "token_ids",
+                f"the call's whole sequence, ending with the response's {own.shape[0]} completion token ids",
+                f"{tokens.shape[0]} token ids",
+            )
+        tokens_end = tokens[tokens.shape[0] - own.shape[0] :]
+        at = _first_difference(own, tokens_end)
+        if at is not None:
+            position = tokens.shape[0] - own.shape[0] + at
+            raise _fail(
+                f"token_ids[{position}]",
+                f"{int(own[at])}, the response's completion token {at} (token_ids must end with result.token_ids)",
+                int(tokens[position]),
+            )
+        return tokens
+    else:
+        return tokens
+    at = _first_difference(own, tokens)
+    if at is not None:
+        raise _fail(f"token_ids[{at}]", f"{int(own[at])} ({expected})", int(tokens[at]))
+    if own.shape[0] != tokens.shape[0]:
+        raise _fail("token_ids", f"{own.shape[0]} token ids ({expected})", f"{tokens.shape[0]} token ids")
+    return tokens
+
+
+def _replayed_rows(routes: Array, mask: object, missing_id: int) -> Array | None:
+    """The rows to replay: ``mask`` (None: all), less the rows that are ``missing_id`` throughout; a row that is
+    ``missing_id`` in some replayed slots only raises."""
+    keep = None if mask is None else _row_mask(mask, routes.shape[0], "result.mask")
+    if routes.dtype.kind != "i" or not routes.size:
+        return keep
+    missing = (routes == missing_id).reshape(routes.shape[0], -1)
+    some = missing.any(axis=1)
+    if not some.any():
+        return keep
+    whole = missing.all(axis=1)
+    partial = some & ~whole
+    if keep is not None:
+        partial &= keep  # rows the engine did not replay hold nothing to read
+    if partial.any():
+        row = int(np.argmax(partial))
+        layer, slot = divmod(int(np.argmax(missing[row])), routes.shape[2])
+        raise _fail(
+            f"result.routes[row {row}, layer {layer}, slot {slot}]",
+            "an expert id, or -1 in every slot of every layer of the row (a row is replayed whole or not at all; "
+            "select the layers to replay with layers=, e.g. to drop dense layers written as -1)",
+            missing_id,
+        )
+    sent: Array = ~whole if keep is None else keep & ~whole
+    return sent
+
+
 class RouteTrace:
     """One trajectory's routes assembled over the engine calls of a multi-turn rollout, verified by token ids.
 
@@ -1439,6 +1541,65 @@ class RouteTrace:
             kept = np.concatenate([kept, fresh_keep])
             self._rows = end
         self._kept = kept
+
+    def add_result(
+        self,
+        result: ReadResult,
+        *,
+        token_ids: Any = None,
+        start: int | None = None,
+        on_conflict: Conflict | None = None,
+        layers: slice | Sequence[int] | None = None,
+    ) -> None:
+        """Record one read engine response: :meth:`add` with every argument taken from ``result``.
+
+        ``result`` is an item of :func:`r3wire.formats.read_response` (or a :func:`r3wire.formats.read` result).
+        Wiring its fields into :meth:`add` by hand is where rows get misaligned; this takes from it:
+
+        - the routes: ``result.routes``, only the ``layers`` selected when given (``slice(3, None)`` drops the
+          three dense layers a DeepSeek-V3 payload may carry as -1 rows);
+        - where they start: ``result.start`` (prime-rl's sidecar), else ``start`` (rows that cover every token of
+          the call, a prefill node's, need ``start=0``), else from the end as :meth:`add` places them;
+        - the call's tokens: ``result.call_token_ids()``. Where the body lacks the prompt's ids, ``token_ids``
+          gives the call's whole sequence, which must end with the completion ids the body carries
+          (``result.token_ids``); where the body carries both, ``token_ids`` must equal them;
+        - the rows replayed: ``result.mask``, less every row that holds -1
+          (:data:`~r3wire.formats.MISSING_ROUTE`, NeMo-RL's and SGLang's "no expert recorded") in every slot of
+          every layer. A row with -1 in some slots only cannot be replayed as a row and is refused;
+        - the expert count: ``result.num_experts`` (r3wire envelopes record it) must be this trace's.
+
+        Tokens are always verified, so the trace must be one whose calls all give token ids.
+
+        Raises:
+            R3WireError: ``result`` is not a ``ReadResult``; the call's tokens are neither in the response nor
+                given, or the given ones disagree with the response's (the first differing position named);
+                ``start`` differs from ``result.start``; ``layers`` is not a slice or a sequence of distinct layer
+                indexes selecting at least one layer; a row is partly -1 (row, layer and slot named); the expert
+                counts differ; or anything :meth:`add` raises. The trace is unchanged when this is raised.
+        """
+        # Imported here: ``import r3wire`` does not import the formats package, and batching must not make it.
+        from r3wire.formats._common import MISSING_ROUTE, ReadResult  # noqa: PLC0415
+
+        if not isinstance(result, ReadResult):
+            raise _fail("result", "a ReadResult (from r3wire.formats.read_response or read)", describe(result))
+        if result.num_experts is not None and self._num_experts is not None and result.num_experts != self._num_experts:
+            raise _fail(
+                "result.num_experts",
+                f"{self._num_experts}, this trace's num_experts (the payload was written for another model)",
+                result.num_experts,
+            )
+        if result.start is not None and start is not None and start != result.start:
+            raise _fail("start", f"None or {result.start} (the response's own start, result.start)", describe(start))
+        routes = _select_layers(_as_routes(result.routes, "result.routes"), layers)
+        tokens = _result_tokens(result, token_ids, self._max_elements)
+        keep = _replayed_rows(routes, result.mask, MISSING_ROUTE)
+        self.add(
+            routes,
+            start=result.start if result.start is not None else start,
+            token_ids=tokens,
+            on_conflict=on_conflict,
+            replayed=keep,
+        )
 
     def _end_aligned(self, routes: object, token_ids: object) -> tuple[Array, Array, int]:
         """The routes and tokens of a call given without ``start``, and the start their ends imply.

@@ -1,0 +1,93 @@
+"""Property: a multi-turn trajectory recorded from engine response bodies alone (``RouteTrace.add_result``) holds,
+in every row some call replayed, exactly the routing of its token; and a call whose given tokens disagree with its
+body is refused without changing the trace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from r3wire import R3WireError, RouteTrace, formats
+
+pytestmark = pytest.mark.property
+
+Array = np.ndarray[Any, Any]
+EXPERTS = 16
+FORMS = ("vllm", "prime-rl", "sglang", "nemo-rl")
+
+
+def _body(form: str, prompt: list[int], completion: list[int], rows: Array, start: int) -> bytes:
+    if form == "vllm":
+        choice = {"index": 0, "token_ids": completion, "routed_experts": formats.write(rows, format="vllm-npy")}
+        return orjson.dumps({"choices": [choice], "prompt_token_ids": prompt})
+    if form == "prime-rl":
+        sidecar = formats.write(rows, format="prime-rl", start=start)
+        return orjson.dumps({"choices": [{"index": 0, "token_ids": completion, "routed_experts": sidecar}]})
+    if form == "sglang":
+        meta = {"routed_experts": formats.write(rows.astype(np.int32), format="sglang")}
+        return orjson.dumps({"output_ids": completion, "meta_info": meta, "prompt_token_ids": prompt})
+    message = {"routed_experts": formats.write(rows, format="nemo-rl")}
+    choice = {"index": 0, "message": message, "token_ids": completion}
+    return orjson.dumps({"choices": [choice], "prompt_token_ids": prompt})
+
+
+@given(
+    layers=st.integers(1, 3),
+    top_k=st.integers(1, 3),
+    length=st.integers(2, 24),
+    seed=st.integers(0, 2**32 - 1),
+    data=st.data(),
+)
+def test_a_trajectory_from_bodies_replays_each_rows_own_routing(
+    layers: int, top_k: int, length: int, seed: int, data: st.DataObject
+) -> None:
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, 50_000, length).tolist()
+    truth = rng.integers(0, EXPERTS, (length - 1, layers, top_k)).astype(np.uint8)
+    trace = RouteTrace(num_experts=EXPERTS)
+    replayed = np.zeros(length - 1, dtype=bool)
+    end = 1
+    while end < length:
+        end = data.draw(st.integers(end + 1, length), label="call tokens")
+        prompt_len = data.draw(st.integers(1, end), label="prompt tokens")
+        prompt, completion = tokens[:prompt_len], tokens[prompt_len:end]
+        form = data.draw(st.sampled_from(FORMS), label="form")
+        # Full forms send every forwarded row; delta forms the rows from some start up to what is recorded.
+        start = 0 if form in ("vllm", "nemo-rl") else data.draw(st.integers(0, trace.rows), label="start")
+        rows = truth[start : end - 1]
+        sent = np.ones(rows.shape[0], dtype=bool)
+        if form == "nemo-rl":
+            sent = np.array(data.draw(st.lists(st.booleans(), min_size=rows.shape[0], max_size=rows.shape[0])), bool)
+            rows = rows.astype(np.int16)
+            rows[~sent] = -1  # NeMo-RL's "no route recorded", in every slot of every layer
+        body = _body(form, prompt, completion, rows, start)
+        if form == "sglang":
+            [result] = formats.read_response(body, num_layers=layers, top_k=top_k)
+        else:
+            [result] = formats.read_response(body)
+        given_tokens = tokens[:end] if form == "prime-rl" else None
+        if given_tokens is not None and completion and data.draw(st.booleans(), label="corrupt"):
+            wrong = list(given_tokens)
+            at = data.draw(st.integers(prompt_len, end - 1), label="corrupted position")
+            wrong[at] += 1
+            before = (trace.rows, None if trace.token_ids is None else trace.token_ids.tolist(), trace.conflicts)
+            with pytest.raises(R3WireError) as caught:
+                trace.add_result(result, token_ids=wrong)
+            assert caught.value.field == f"token_ids[{at}]"
+            after = (trace.rows, None if trace.token_ids is None else trace.token_ids.tolist(), trace.conflicts)
+            assert after == before
+        trace.add_result(result, token_ids=given_tokens)
+        replayed[start : end - 1] |= sent
+    routes, captured = trace.finalize()
+    assert captured == length - 1 == routes.shape[0]
+    assert trace.conflicts == 0
+    assert trace.token_ids is not None
+    assert trace.token_ids.tolist() == tokens
+    recorded = trace.replayed
+    assert (np.ones(length - 1, bool) if recorded is None else recorded).tolist() == replayed.tolist()
+    assert np.array_equal(routes[replayed], truth[replayed])

@@ -1,0 +1,232 @@
+"""``RouteTrace.add_result``: one read engine response recorded with every argument taken from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+import r3wire
+from r3wire import R3WireError, RouteTrace, formats
+
+LAYERS, TOP_K, EXPERTS = 3, 2, 16
+TOKENS = list(range(100, 116))
+RNG = np.random.default_rng(7)
+# The routing of every position of TOKENS: row p is the routing that produced token p + 1.
+TRUTH = np.stack([np.stack([RNG.permutation(EXPERTS)[:TOP_K] for _ in range(LAYERS)]) for _ in TOKENS]).astype(np.uint8)
+
+
+def vllm_chat(prompt: list[int], completion: list[int], rows: Any = None) -> bytes:
+    """vLLM chat with return_token_ids: every forwarded row as a base64 .npy, the prompt's ids at the top."""
+    n = len(prompt) + len(completion)
+    routes = TRUTH[: n - 1] if rows is None else rows
+    choice = {"index": 0, "token_ids": completion, "routed_experts": formats.write(routes, format="vllm-npy")}
+    return orjson.dumps({"choices": [choice], "prompt_token_ids": prompt})
+
+
+def prime_rl(prompt: list[int], completion: list[int], start: int) -> bytes:
+    """prime-rl generate: a sidecar with the rows from ``start`` on; no prompt ids in the body."""
+    n = len(prompt) + len(completion)
+    sidecar = formats.write(TRUTH[start : n - 1], format="prime-rl", start=start)
+    return orjson.dumps({"choices": [{"index": 0, "token_ids": completion, "routed_experts": sidecar}]})
+
+
+def nemo_rl(prompt: list[int], completion: list[int], routes: Any) -> bytes:
+    choice = {"index": 0, "message": {"routed_experts": formats.write(routes, format="nemo-rl")}}
+    return orjson.dumps({"choices": [choice | {"token_ids": completion}], "prompt_token_ids": prompt})
+
+
+def sglang(prompt: list[int], output: list[int], rows: Any) -> bytes:
+    meta = {"routed_experts": formats.write(rows, format="sglang")}
+    return orjson.dumps({"output_ids": output, "meta_info": meta, "prompt_token_ids": prompt})
+
+
+def one(body: bytes, **kwargs: Any) -> formats.ReadResult:
+    [result] = formats.read_response(body, **kwargs)
+    return result
+
+
+def test_a_multi_turn_trajectory_from_bodies_alone() -> None:
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add_result(one(vllm_chat(TOKENS[:5], TOKENS[5:8])))  # rows 0 .. 6, placed from the end
+    assert trace.rows == 7
+    # prime-rl's body lacks the prompt's ids: the caller gives the call's sequence, checked against the body's
+    # completion ids; its start (7) comes from the sidecar.
+    trace.add_result(one(prime_rl(TOKENS[:10], TOKENS[10:12], start=7)), token_ids=TOKENS[:12])
+    routes, captured = trace.finalize()
+    assert captured == 11
+    assert trace.conflicts == 0
+    assert np.array_equal(routes, TRUTH[:11])
+    assert trace.token_ids is not None
+    assert trace.token_ids.tolist() == TOKENS[:12]
+
+
+def test_the_same_as_add_wired_by_hand() -> None:
+    result = one(vllm_chat(TOKENS[:6], TOKENS[6:9]))
+    by_hand = RouteTrace(num_experts=EXPERTS)
+    by_hand.add(result.routes, start=result.start, token_ids=result.call_token_ids(), replayed=result.mask)
+    taken = RouteTrace(num_experts=EXPERTS)
+    taken.add_result(result)
+    assert np.array_equal(taken.finalize()[0], by_hand.finalize()[0])
+    assert taken.token_ids is not None
+    assert by_hand.token_ids is not None
+    assert np.array_equal(taken.token_ids, by_hand.token_ids)
+
+
+def test_a_body_without_the_prompts_ids_needs_token_ids() -> None:
+    result = one(prime_rl(TOKENS[:4], TOKENS[4:6], start=0))
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(result)
+    assert caught.value.field == "token_ids"
+    assert "a response without prompt_token_ids" in str(caught.value)
+
+
+def test_given_token_ids_must_end_with_the_bodys_completion() -> None:
+    result = one(prime_rl(TOKENS[:4], TOKENS[4:6], start=0))
+    trace = RouteTrace()
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result, token_ids=[*TOKENS[:4], 7, TOKENS[5]])  # the completion's first token differs
+    assert caught.value.field == "token_ids[4]"
+    assert str(caught.value.expected).startswith(f"{TOKENS[4]}, the response's completion token 0")
+    assert caught.value.got == "7"
+    with pytest.raises(R3WireError, match="ending with the response's 2 completion token ids"):
+        trace.add_result(result, token_ids=[TOKENS[5]])
+    assert trace.rows == 0
+    assert trace.token_ids is None
+
+
+def test_given_token_ids_must_equal_the_bodys_own_where_it_carries_both() -> None:
+    result = one(vllm_chat(TOKENS[:5], TOKENS[5:8]))
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(result, token_ids=[*TOKENS[:2], 1, *TOKENS[3:8]])  # a wrong prompt joined
+    assert caught.value.field == "token_ids[2]"
+    assert caught.value.got == "1"
+    with pytest.raises(R3WireError, match=r"token_ids must be 8 token ids .* got 9 token ids"):
+        RouteTrace().add_result(result, token_ids=[*TOKENS[:8], 5])
+    trace = RouteTrace()
+    trace.add_result(result, token_ids=np.array(TOKENS[:8], dtype=np.uint32))  # equal: accepted
+    assert trace.rows == 7
+
+
+def test_start_comes_from_the_result_or_the_caller_not_both_disagreeing() -> None:
+    # A prefill node routes every prompt token: its rows need an explicit start.
+    prefill = one(sglang(TOKENS[:5], [], TRUTH[:5].astype(np.int32)), num_layers=LAYERS, top_k=TOP_K)
+    trace = RouteTrace(num_experts=EXPERTS)
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(prefill)
+    assert caught.value.field == "routes"
+    assert "need start=" in str(caught.value)
+    trace.add_result(prefill, start=0)
+    decode = one(sglang(TOKENS[:5], TOKENS[5:9], TRUTH[5:8].astype(np.int32)), num_layers=LAYERS, top_k=TOP_K)
+    trace.add_result(decode)
+    assert np.array_equal(trace.finalize()[0], TRUTH[:8])
+
+    delta = one(prime_rl(TOKENS[:6], TOKENS[6:8], start=3))
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(delta, token_ids=TOKENS[:8], start=2)
+    assert caught.value.field == "start"
+    assert "3 (the response's own start" in str(caught.value.expected)
+    fresh = RouteTrace()
+    fresh.add_result(one(vllm_chat(TOKENS[:3], TOKENS[3:4])))  # rows 0 .. 2
+    fresh.add_result(delta, token_ids=TOKENS[:8], start=3)  # the same start twice: accepted
+    assert np.array_equal(fresh.finalize()[0], TRUTH[:7])
+
+
+def test_rows_that_are_minus_one_throughout_are_not_replayed() -> None:
+    routes = TRUTH[:7].astype(np.int16)
+    routes[2] = -1
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add_result(one(nemo_rl(TOKENS[:5], TOKENS[5:8], routes)))
+    replayed = trace.replayed
+    assert replayed is not None
+    assert replayed.tolist() == [True, True, False, True, True, True, True]
+    # A later call that replays the row fills it in.
+    trace.add_result(one(vllm_chat(TOKENS[:8], TOKENS[8:9])))
+    assert trace.replayed is None
+    assert trace.conflicts == 0
+    assert np.array_equal(trace.finalize()[0], TRUTH[:8])
+
+
+def test_a_partly_missing_row_is_refused_and_layers_select_what_is_replayed() -> None:
+    routes = TRUTH[:7].astype(np.int16)
+    routes[:, 0] = -1  # a dense first layer, -1 in every row
+    routes[4, 2] = -1  # and row 4 recorded no expert in layer 2 (NeMo-RL's -1 is per token and layer)
+    result = one(nemo_rl(TOKENS[:5], TOKENS[5:8], routes))
+    trace = RouteTrace(num_experts=EXPERTS)
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result)
+    assert caught.value.field == "result.routes[row 0, layer 0, slot 0]"
+    assert "layers=" in str(caught.value.expected)
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result, layers=slice(1, None))
+    assert caught.value.field == "result.routes[row 4, layer 1, slot 0]"  # layer 1 of the selection
+    assert trace.rows == 0
+    routes[4, 1] = -1  # row 4 missing in every replayed layer: not replayed
+    trace.add_result(one(nemo_rl(TOKENS[:5], TOKENS[5:8], routes)), layers=[1, 2])
+    assert trace.replayed is not None
+    assert trace.replayed.tolist() == [True] * 4 + [False] + [True] * 2
+    replayed = trace.finalize()[0]
+    assert replayed.shape == (7, 2, TOP_K)
+    assert np.array_equal(replayed[[0, 1, 2, 3, 5, 6]], TRUTH[[0, 1, 2, 3, 5, 6]][:, 1:])
+
+
+def test_a_mask_from_the_payload_is_applied() -> None:
+    mask = np.array([True, False, True, True])
+    payload = formats.write(TRUTH[:4], format="fireworks-matrices", mask=mask)
+    read = formats.read(payload, format="fireworks-matrices", num_layers=LAYERS, top_k=TOP_K)
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add_result(read, start=0, token_ids=TOKENS[:5])
+    assert trace.replayed is not None
+    assert trace.replayed.tolist() == mask.tolist()
+    routes = trace.finalize()[0]
+    assert np.array_equal(routes[mask], TRUTH[:4][mask])
+
+
+def test_the_payloads_expert_count_must_be_the_traces() -> None:
+    body = r3wire.dumps(
+        {
+            "choices": [{"index": 0, "token_ids": TOKENS[3:5], "routed_experts": TRUTH[:4]}],
+            "prompt_token_ids": TOKENS[:3],
+        },
+        num_experts=EXPERTS,
+    )
+    result = one(body)
+    assert result.num_experts == EXPERTS
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace(num_experts=32).add_result(result)
+    assert caught.value.field == "result.num_experts"
+    assert caught.value.got == str(EXPERTS)
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add_result(result)
+    assert trace.rows == 4
+
+
+@pytest.mark.parametrize(
+    ("layers", "field", "message"),
+    [
+        (slice(0, 0), "layers", "at least one of the 3 layers"),
+        (slice(None, None, 0), "layers", "slice step cannot be zero"),
+        ([0, 0], "layers", "distinct layer indexes"),
+        ([3], "layers[0]", "a layer index in 0 .. 2"),
+        ([-1], "layers[0]", "a layer index in 0 .. 2"),
+        ([True], "layers[0]", "a layer index in 0 .. 2"),
+        ([0, 1, 2, 0], "layers", "at most 3 distinct layer indexes"),
+        ("ab", "layers", "None, a slice or a sequence"),
+        (2, "layers", "None, a slice or a sequence"),
+    ],
+)
+def test_bad_layer_selections_are_named(layers: Any, field: str, message: str) -> None:
+    result = one(vllm_chat(TOKENS[:3], TOKENS[3:5]))
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(result, layers=layers)
+    assert caught.value.field == field
+    assert message in str(caught.value)
+
+
+def test_only_a_read_result_is_taken() -> None:
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result({"routes": TRUTH})  # type: ignore[arg-type]
+    assert caught.value.field == "result"
+    assert "a ReadResult" in str(caught.value.expected)
