@@ -1,4 +1,5 @@
-"""``RouteTrace.add_result``: one read engine response recorded with every argument taken from it."""
+"""``RouteTrace.add_result``: one read engine response recorded with every argument taken from it; traces as
+``pad_routes`` / ``pack_routes`` samples."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import orjson
 import pytest
 
 import r3wire
-from r3wire import R3WireError, RouteTrace, formats
+from r3wire import R3WireError, RouteTrace, formats, pack_routes, pad_routes
 
 LAYERS, TOP_K, EXPERTS = 3, 2, 16
 TOKENS = list(range(100, 116))
@@ -230,3 +231,65 @@ def test_only_a_read_result_is_taken() -> None:
         RouteTrace().add_result({"routes": TRUTH})  # type: ignore[arg-type]
     assert caught.value.field == "result"
     assert "a ReadResult" in str(caught.value.expected)
+
+
+def _traces() -> list[RouteTrace]:
+    full = RouteTrace(num_experts=EXPERTS)
+    full.add_result(one(vllm_chat(TOKENS[:4], TOKENS[4:6])))  # 5 rows, 6 tokens
+    holey = RouteTrace(num_experts=EXPERTS)
+    routes = TRUTH[:3].astype(np.int16)
+    routes[1] = -1
+    holey.add_result(one(nemo_rl(TOKENS[:2], TOKENS[2:4], routes)))  # 3 rows, row 1 not replayed, 4 tokens
+    return [full, holey]
+
+
+def test_traces_pad_with_their_token_counts_and_replayed_rows() -> None:
+    padded, mask = pad_routes(_traces(), side="left", num_experts=EXPERTS)
+    assert mask.tolist() == [
+        [False] * 5 + [True],
+        [True, True, False, True, False, True],  # 2 padding, row 1 not replayed, the last token uncaptured
+    ]
+    assert np.array_equal(padded[0, :5], TRUTH[:5])
+    assert np.array_equal(padded[1, [2, 4]], TRUTH[[0, 2]])
+    # The same as the arrays, lengths and masks passed by hand.
+    by_hand = [t.finalize()[0] for t in _traces()]
+    masks = [t.replayed for t in _traces()]
+    expected, expected_mask = pad_routes(by_hand, token_lengths=[6, 4], replayed=masks, num_experts=EXPERTS)
+    assert np.array_equal(padded, expected)
+    assert np.array_equal(mask, expected_mask)
+
+
+def test_traces_pack_on_their_token_positions() -> None:
+    with pytest.raises(R3WireError) as caught:
+        pack_routes(_traces(), num_experts=EXPERTS)  # no mask in the result: refused
+    assert caught.value.field == "token_lengths"
+    flat, cu_seqlens, mask = pack_routes(_traces(), token_lengths=[6, 4], num_experts=EXPERTS)
+    assert cu_seqlens.tolist() == [0, 6, 10]
+    assert mask.tolist() == [False] * 5 + [True] + [False, True, False, True]
+    assert np.array_equal(flat[~mask], TRUTH[[0, 1, 2, 3, 4, 0, 2]])
+    longer, cu_longer, _ = pack_routes(_traces(), token_lengths=[7, 4], num_experts=EXPERTS)
+    assert cu_longer.tolist() == [0, 7, 11]
+    assert longer.shape[0] == 11
+
+
+def test_trace_samples_are_refused_where_they_cannot_say_what_is_needed() -> None:
+    traces = _traces()
+    with pytest.raises(R3WireError) as caught:
+        pad_routes([traces[0], TRUTH[:2]], side="right")
+    assert caught.value.field == "samples[1]"
+    with pytest.raises(R3WireError) as caught:
+        pad_routes(traces, replayed=[None, None])
+    assert caught.value.field == "replayed"
+    with pytest.raises(R3WireError) as caught:
+        pad_routes(traces, token_lengths=[6, 3])  # below the 4 token ids the second trace recorded
+    assert caught.value.field == "token_lengths[1]"
+    with pytest.raises(R3WireError) as caught:
+        pack_routes([RouteTrace()], token_lengths=[1])
+    assert caught.value.field == "samples[0]"
+    tokenless = RouteTrace()
+    tokenless.add(TRUTH[:2], start=0)
+    with pytest.raises(R3WireError) as caught:
+        pad_routes([tokenless])
+    assert caught.value.field == "token_lengths"
+    _, mask = pad_routes([tokenless], token_lengths=[3])
+    assert mask.tolist() == [[False, False, True]]

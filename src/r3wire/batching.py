@@ -482,6 +482,55 @@ def validate_routes(
         _check_distinct(arr, f"samples[{i}]")
 
 
+def _from_traces(samples: object, token_lengths: object, replayed: object) -> tuple[Any, Any, Any, bool]:
+    """Samples that are :class:`RouteTrace` objects as the arrays, token lengths and row masks they hold.
+
+    Returns ``(samples, token_lengths, replayed, traces)``, unchanged (``traces`` False) when no sample is a trace.
+    Each trace's rows come from :meth:`RouteTrace.finalize` at its token length (``token_lengths[i]`` when
+    given, else its recorded token count) and its row mask from :attr:`RouteTrace.replayed`: the pieces a caller
+    would otherwise pass by hand, where forgetting the mask replays padding rows as routes.
+
+    Raises:
+        R3WireError: traces mixed with arrays, ``replayed`` given with traces, a trace never added to, or a trace
+            without token ids and no ``token_lengths``; a token length below a trace's rows or recorded tokens.
+    """
+    if not isinstance(samples, (list, tuple)) or not any(isinstance(sample, RouteTrace) for sample in samples):
+        return samples, token_lengths, replayed, False
+    for i, sample in enumerate(samples):
+        if not isinstance(sample, RouteTrace):
+            raise _fail(
+                f"samples[{i}]", "a RouteTrace, as every sample (traces and arrays are not mixed)", describe(sample)
+            )
+    if replayed is not None:
+        raise _fail("replayed", "None (each RouteTrace says which of its rows were replayed)", "row masks")
+    lengths: list[int | None]
+    if token_lengths is None:
+        lengths = [None] * len(samples)
+    else:
+        lengths = list(_int_list(token_lengths, "token_lengths", len(samples), "one token length per sample"))
+    arrays: list[Array] = []
+    masks: list[Array | None] = []
+    totals: list[int] = []
+    for i, (trace, length) in enumerate(zip(samples, lengths, strict=True)):
+        if trace.dtype is None:
+            raise _fail(f"samples[{i}]", "a RouteTrace with at least one add()", "an empty RouteTrace")
+        if length is None and trace.token_ids is None:
+            raise _fail(
+                "token_lengths",
+                f"given (samples[{i}] is a RouteTrace that recorded no token ids)",
+                "None",
+            )
+        try:
+            routes, _ = trace.finalize(length)
+        except R3WireError as exc:
+            raise _fail(f"token_lengths[{i}]", str(exc.expected), exc.got) from None
+        arrays.append(routes)
+        masks.append(trace.replayed)
+        recorded = trace.token_ids
+        totals.append(length if length is not None else 0 if recorded is None else recorded.shape[0])
+    return arrays, totals, masks, True
+
+
 def pad_routes(
     samples: Sequence[Any] | Array,
     *,
@@ -505,7 +554,10 @@ def pad_routes(
 
     Args:
         samples: one ``[rows_i, layers, top_k]`` array per trajectory (any integer dtype; torch tensors and nested
-            lists are accepted); all share ``[layers, top_k]``, both ``>= 1``. Zero-row samples are allowed.
+            lists are accepted); all share ``[layers, top_k]``, both ``>= 1``. Zero-row samples are allowed. Or
+            one :class:`RouteTrace` per trajectory (every sample a trace): its rows (:meth:`RouteTrace.finalize`),
+            its token count as the default token length and its :attr:`RouteTrace.replayed` rows come with it,
+            so rows no call replayed are masked without a ``replayed=`` (which is then refused).
         token_lengths: each trajectory's token count; ``rows_i <= token_lengths[i]``. Required with
             ``side="left"``, which lines up the trajectories' last tokens (a trajectory usually has one more token
             than rows); with ``side="right"`` the default is ``rows_i``.
@@ -542,8 +594,11 @@ def pad_routes(
             the batch dtype or is ``>= num_experts`` (the message names sample, row, layer and slot), ids repeat
             within a row (``check=True``), ``fill`` is unknown or ``"balanced"`` without ``num_experts``, or
             ``out`` does not match or may share memory with a sample, or ``replayed`` does not hold one bool
-            ``[rows_i]`` array (or ``None``) per sample.
+            ``[rows_i]`` array (or ``None``) per sample. With :class:`RouteTrace` samples: one that is not a
+            trace, ``replayed`` given, a trace never added to, one without token ids and no ``token_lengths``, or
+            a token length below a trace's rows or recorded tokens.
     """
+    samples, token_lengths, replayed, _ = _from_traces(samples, token_lengths, replayed)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     kind = _fill_kind(fill, n_experts)
@@ -935,7 +990,8 @@ def pack_routes(
     ``side="right"`` for one sample.
 
     Args:
-        samples: one ``[rows_i, layers, top_k]`` array per trajectory, as for :func:`pad_routes`.
+        samples: one ``[rows_i, layers, top_k]`` array per trajectory, or one :class:`RouteTrace` per trajectory
+            (then ``token_lengths`` is required, so that the result has the mask), as for :func:`pad_routes`.
         token_lengths: each trajectory's token count (``>= rows_i``), the lengths behind the token batch's
             ``cu_seqlens``. Given, the result has a third member, the mask.
         replayed: per sample, ``None`` or a bool ``[rows_i]`` array, ``True`` where the row was replayed, as for
@@ -955,8 +1011,17 @@ def pack_routes(
 
     Raises:
         R3WireError: as :func:`pad_routes` for the samples, ids, ``token_lengths``, ``replayed`` and ``fill``;
-            the total rows exceed ``max_elements`` (or int64, whatever the limit).
+            the total rows exceed ``max_elements`` (or int64, whatever the limit); :class:`RouteTrace` samples
+            without ``token_lengths``.
     """
+    if token_lengths is None and isinstance(samples, (list, tuple)) and any(isinstance(x, RouteTrace) for x in samples):
+        # Without token_lengths the result has no mask, and a trace's rows no call replayed would pass as routes.
+        raise _fail(
+            "token_lengths",
+            "given with RouteTrace samples (e.g. [len(t.token_ids) for t in traces]): the result then has the mask",
+            "None",
+        )
+    samples, token_lengths, replayed, _ = _from_traces(samples, token_lengths, replayed)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     kind = _fill_kind(fill, n_experts)

@@ -1,10 +1,11 @@
 """Property: a multi-turn trajectory recorded from engine response bodies alone (``RouteTrace.add_result``) holds,
-in every row some call replayed, exactly the routing of its token; and a call whose given tokens disagree with its
-body is refused without changing the trace."""
+in every row some call replayed, exactly the routing of its token, and batches (``pad_routes`` / ``pack_routes`` of
+the trace itself) with every other row masked; a call whose given tokens disagree with its body is refused without
+changing the trace."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from r3wire import R3WireError, RouteTrace, formats
+from r3wire import R3WireError, RouteTrace, formats, pack_routes, pad_routes
 
 pytestmark = pytest.mark.property
 
@@ -91,3 +92,14 @@ def test_a_trajectory_from_bodies_replays_each_rows_own_routing(
     recorded = trace.replayed
     assert (np.ones(length - 1, bool) if recorded is None else recorded).tolist() == replayed.tolist()
     assert np.array_equal(routes[replayed], truth[replayed])
+    # The trace as a batch sample: its token count and replayed rows come with it, on pad_routes' layout.
+    side: Literal["left", "right"] = data.draw(st.sampled_from(["left", "right"]), label="side")
+    max_len = length + data.draw(st.integers(0, 3), label="extra padding")
+    padded, mask = pad_routes([trace], side=side, max_len=max_len, num_experts=EXPERTS)
+    first = max_len - length if side == "left" else 0
+    assert mask[0].tolist() == [True] * first + (~replayed).tolist() + [True] * (max_len - first - length + 1)
+    assert np.array_equal(padded[0, first : first + length - 1][replayed], truth[replayed])
+    flat, cu_seqlens, packed_mask = pack_routes([trace, trace], token_lengths=[length] * 2, num_experts=EXPERTS)
+    assert cu_seqlens.tolist() == [0, length, 2 * length]
+    assert packed_mask.tolist() == 2 * [*(~replayed).tolist(), True]
+    assert np.array_equal(flat[:length][~packed_mask[:length]], truth[replayed])
