@@ -26,7 +26,7 @@ import numpy as np
 from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
 from r3wire._validate import check_int, check_shape, optional_max_elements, plain_str
-from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
+from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.formats._common import (
     MISSING_ROUTE,
     ROUTES_NDIM,
@@ -528,6 +528,41 @@ def read(
     return result
 
 
+# What format readers call the routes array they decode from a value: a field with only this name is the value.
+_DECODED_NAMES: Final = frozenset({"routes", "data", "matrix"})
+
+
+def _placed(error: R3WireError, parts: tuple[object, ...], value: object, *, wrapped: bool) -> R3WireError:
+    """A format reader's error placed at the JSON location of the routes value it read, at ``parts``.
+
+    Readers name fields relative to their value: members of an object value (``shape``, ``data``), and parts that
+    are not JSON members: an element of the decoded routes (``data[0, 1, 2]``, ``routes[0, 1, 2]``), a piece of an
+    encoded string (``npy header.shape``, ``matrix``), or the SGLang reader's own ``routed_experts``. Only real
+    members stay in the path; an element becomes ``<path>[0, 1, 2]`` and any other part moves into ``expected``,
+    so the field is always a location in the body. ``wrapped``: the value was read as the ``routed_experts``
+    member of an object holding the holder's ``routed_experts_dtype`` too (a member of the holder).
+    """
+    field = error.field or ""
+    if wrapped and (field.startswith(KEY_ROUTED_EXPERTS_DTYPE) or error.expected is None or error.got is None):
+        return relocated(error, parts[:-1])  # a member of the holder, or an error make() did not build
+    if (wrapped or not isinstance(value, Mapping)) and field.startswith(KEY_ROUTED_EXPERTS):
+        field = field[len(KEY_ROUTED_EXPERTS) :]  # the reader's name for the value itself
+    if isinstance(error, UnsupportedVersionError) or error.expected is None or error.got is None:
+        return relocated(error, parts)  # not an error make() builds: left as the reader named it
+    head, bracket, index = field.partition("[")
+    head = head.strip(".")
+    member, _, inner = head.partition(".")
+    if isinstance(value, Mapping) and member in value:
+        if not isinstance(value[member], str):
+            # A member holding JSON (shape, start, a nested object): the field is a real path.
+            return relocated(type(error).make(head + bracket + index, error.expected, error.got, raw=True), parts)
+        parts, head = (*parts, member), inner  # a string member (data): what follows is inside the string
+    # An element index, or the name a reader gives the decoded array itself, says nothing the path does not.
+    named = head and not bracket and head not in _DECODED_NAMES
+    expected = f"{error.expected} (its {head})" if named else error.expected
+    return relocated(type(error).make(bracket + index or None, expected, error.got, raw=True), parts)
+
+
 def read_response(
     body: object,
     *,
@@ -642,12 +677,7 @@ def read_response(
                 dtype=sglang_dtype if name == "sglang" else None,
             )
         except R3WireError as exc:
-            # Fields are relative to the value (shape, data[0, 1, 2]); the holder's key is already in the path.
-            field = exc.field or ""
-            parts = found.parts
-            if found.key == KEY_ROUTED_EXPERTS and field.startswith(KEY_ROUTED_EXPERTS):
-                parts = parts[:-1]
-            raise relocated(exc, parts) from exc
+            raise _placed(exc, found.parts, found.value, wrapped=payload is not found.value) from exc
         beside = beside_routes(found, max_elements=limit)
         check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts)
         clamped = beside.logprobs

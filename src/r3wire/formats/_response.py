@@ -365,9 +365,8 @@ def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | Non
     except OverflowError:
         fits = False
     if not fits:
-        low = min(value)
-        bad = low if low < 0 else max(value)
-        raise relocated(DecodeError.make(f"[{value.index(bad)}]", "a token id in 0..2**63-1", bad), parts)
+        index = next(i for i, x in enumerate(value) if not 0 <= x <= _INT64_MAX)  # the first, as other readers name
+        raise relocated(DecodeError.make(f"[{index}]", "a token id in 0..2**63-1", value[index]), parts)
     return ids
 
 

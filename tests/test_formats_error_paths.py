@@ -1,0 +1,85 @@
+"""Errors from ``read_response`` name locations that exist in the body: the routes value, a member of it, or an
+element of the routes it holds (``<path>[row, layer, slot]``), never a name internal to a format reader."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import pytest
+
+from r3wire import R3WireError
+from r3wire.formats import read_response, write
+
+ROUTES = (np.arange(12).reshape(3, 2, 2) % 5).astype(np.int32)
+FORMATS = [
+    "r3wire",
+    "skyrl",
+    "prime-rl",
+    "prime-rl-b85",
+    "vllm-npy",
+    "nemo-rl",
+    "json-lists",
+    "fireworks-matrices",
+    "fireworks-r3v1",
+    "fireworks-trace",
+    "sglang",
+]
+_ELEMENT = re.compile(r"\[\d+(, \d+)+\]$")
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+
+
+def _resolve(body: Any, path: str) -> Any:
+    """The node of ``body`` at a JSONPath of ``.key`` and ``[n]`` steps; KeyError/IndexError if it is not there."""
+    assert path.startswith("$"), path
+    rest = _ELEMENT.sub("", path[1:])  # an element of decoded routes: the value holding them must exist
+    node = body
+    position = 0
+    while position < len(rest):
+        step = _STEP.match(rest, position)
+        assert step is not None, f"not a JSONPath step at {rest[position:]!r} in {path!r}"
+        node = node[step.group(1)] if step.group(1) is not None else node[int(step.group(2))]
+        position = step.end()
+    return node
+
+
+def _value(name: str) -> Any:
+    routes = ROUTES if name in ("nemo-rl", "json-lists", "sglang") else ROUTES.astype(np.uint8)
+    if name.startswith("fireworks"):
+        pytest.importorskip("zstandard")
+    return write(routes, name)  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("key", ["routed_experts", "routing_matrices", "router_replay"])
+@pytest.mark.parametrize("limit", ["num_experts", "max_elements"])
+def test_a_bad_routes_value_is_named_where_it_is_in_the_body(name: str, key: str, limit: str) -> None:
+    body = {"choices": [{"index": 0, key: _value(name), "token_ids": [1, 2, 3, 4]}]}
+    options: dict[str, Any] = {"num_layers": 2, "top_k": 2}
+    options |= {"num_experts": 3} if limit == "num_experts" else {"max_elements": 5}
+    with pytest.raises(R3WireError) as caught:
+        read_response(body, **options)
+    field = caught.value.field
+    assert field is not None
+    assert field.startswith(f"$.choices[0].{key}")
+    _resolve(body, field)  # every step exists
+    assert " " not in _ELEMENT.sub("", field)
+    if limit == "num_experts":
+        assert _ELEMENT.search(field), field  # the element, by its position in the routes
+        assert caught.value.got in {"4", "3"}
+
+
+def test_sglangs_dtype_beside_the_routes_is_named_as_the_holders_member() -> None:
+    body = {"meta_info": {"routed_experts": write(ROUTES, "sglang"), "routed_experts_dtype": "int9"}}
+    with pytest.raises(R3WireError) as caught:
+        read_response(body, num_layers=2, top_k=2)
+    assert caught.value.field == "$.meta_info.routed_experts_dtype"
+
+
+def test_a_header_problem_inside_an_encoded_string_names_the_string_and_says_which_part() -> None:
+    body = {"choices": [{"routed_experts": write(ROUTES.astype(np.uint8), "vllm-npy")}]}
+    with pytest.raises(R3WireError) as caught:
+        read_response(body, max_elements=5)
+    assert caught.value.field == "$.choices[0].routed_experts"
+    assert "(its npy header.shape)" in str(caught.value)
