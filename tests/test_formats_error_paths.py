@@ -4,13 +4,14 @@ element of the routes it holds (``<path>[row, layer, slot]``), never a name inte
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from r3wire import R3WireError
-from r3wire.formats import read_response, write
+from r3wire.formats import _response, read_response, write
 
 ROUTES = (np.arange(12).reshape(3, 2, 2) % 5).astype(np.int32)
 FORMATS = [
@@ -48,7 +49,7 @@ def _value(name: str) -> Any:
     routes = ROUTES if name in ("nemo-rl", "json-lists", "sglang") else ROUTES.astype(np.uint8)
     if name.startswith("fireworks"):
         pytest.importorskip("zstandard")
-    return write(routes, name)  # type: ignore[call-overload]
+    return write(routes, name)
 
 
 @pytest.mark.parametrize("name", FORMATS)
@@ -83,3 +84,16 @@ def test_a_header_problem_inside_an_encoded_string_names_the_string_and_says_whi
         read_response(body, max_elements=5)
     assert caught.value.field == "$.choices[0].routed_experts"
     assert "(its npy header.shape)" in str(caught.value)
+
+
+def test_the_keys_not_searched_for_routes_are_the_documented_ones_in_python_and_the_js_reference() -> None:
+    root = Path(__file__).parent.parent
+    where = (root / "docs" / "formats.md").read_text(encoding="utf-8").split("- **Where.**")[1].split("- **")[0]
+    documented = set(re.findall(r"`([a-z_]+)`", where.split("are not searched:")[1].split(" hold ")[0]))
+    js = (root / "tests" / "js" / "response.mjs").read_text(encoding="utf-8")
+    in_js = set(re.findall(r'"([a-z_]+)"', js.split("const NOT_SEARCHED = new Set([")[1].split("]);")[0]))
+    assert documented == in_js == set(_response._NO_ROUTES_KEYS)
+    envelope = {"data": "AAECAw==", "shape": [1, 2, 2], "dtype": "uint8"}
+    for key in sorted(documented):
+        assert read_response({"choices": [{"index": 0, key: {"routed_experts": envelope}}]}) == []
+    assert len(read_response({"choices": [{"index": 0, "other": {"routed_experts": envelope}}]})) == 1

@@ -31,6 +31,21 @@ import {
 export class NeedsZstd extends Error {}
 
 const ROUTE_KEYS = new Set(["routed_experts", "router_replay", "routing_matrices"]);
+// Per-token keys whose values are not searched for routes (formats.md, "Where").
+const NOT_SEARCHED = new Set([
+  "token_ids",
+  "output_ids",
+  "prompt_token_ids",
+  "prompt_ids",
+  "completion_ids",
+  "logprobs",
+  "top_logprobs",
+  "prompt_logprobs",
+  "input_token_logprobs",
+  "output_token_logprobs",
+  "input_top_logprobs",
+  "output_top_logprobs",
+]);
 const TOKEN_KEYS = ["token_ids", "output_ids"];
 const PROMPT_KEYS = ["prompt_token_ids"];
 const INT64_MAX = (1n << 63n) - 1n;
@@ -265,7 +280,7 @@ export function readResponse(input, options = {}) {
       const child = `${path}.${key}`;
       if (ROUTE_KEYS.has(key)) {
         if (node[key] !== null) read(node[key], child, node, here, herePaths, outer);
-      } else {
+      } else if (!NOT_SEARCHED.has(key)) {
         walk(node[key], child, here, herePaths, outer);
       }
     }
