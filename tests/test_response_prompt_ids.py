@@ -190,9 +190,9 @@ def test_call_token_ids_go_straight_into_a_route_trace() -> None:
 
 @pytest.mark.parametrize(
     ("ids", "index"),
-    [([-1, -12, 13], 0), ([2**63, 2**64 - 1, 3], 0), ([5, 2**63, -1], 1), ([1, 2, -3], 2)],
+    [([-1, -12, 13], 0), ([2**63, 2**64 - 1, 3], 0), ([5, 2**63, -1], 1), ([1, 2, -3], 2), ([2**63, 12.0, 3], 0)],
 )
-def test_a_bad_token_id_list_names_its_first_bad_id(ids: list[int], index: int) -> None:
+def test_a_bad_token_id_list_names_its_first_bad_id(ids: list[Any], index: int) -> None:
     routes = r3wire.encode_routes(ROUTES[:1])
     with pytest.raises(DecodeError) as caught:
         read_response({"choices": [{"prompt_token_ids": ids, "token_ids": [1, 2], "routed_experts": routes}]})

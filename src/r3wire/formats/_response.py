@@ -354,19 +354,21 @@ def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | Non
         raise relocated(
             DecodeError.make(None, f"at most max_elements={max_elements} token ids", f"{len(value)}", raw=True), parts
         )
-    if not set(map(type, value)) <= {int}:
-        index = next(i for i, x in enumerate(value) if type(x) is not int)
-        raise relocated(DecodeError.make(f"[{index}]", "a token id (an integer)", value[index]), parts)
     # NumPy converts and bounds the ids in C (a 32k-token prompt in about half the time of Python's min and max);
     # only a list it refuses, or one holding a negative id, is searched for the id to name.
-    try:
-        ids: np.ndarray[Any, Any] = np.array(value, dtype=np.int64)
-        fits = not ids.size or int(ids.min()) >= 0
-    except OverflowError:
-        fits = False
+    fits = set(map(type, value)) <= {int}
+    if fits:
+        try:
+            ids: np.ndarray[Any, Any] = np.array(value, dtype=np.int64)
+            fits = not ids.size or int(ids.min()) >= 0
+        except OverflowError:
+            fits = False
     if not fits:
-        index = next(i for i, x in enumerate(value) if not 0 <= x <= _INT64_MAX)  # the first, as other readers name
-        raise relocated(DecodeError.make(f"[{index}]", "a token id in 0..2**63-1", value[index]), parts)
+        # The first bad id in order, whatever is wrong with it, as every reader names it.
+        index = next(i for i, x in enumerate(value) if type(x) is not int or not 0 <= x <= _INT64_MAX)
+        bad = value[index]
+        expected = "a token id (an integer)" if type(bad) is not int else "a token id in 0..2**63-1"
+        raise relocated(DecodeError.make(f"[{index}]", expected, bad), parts)
     return ids
 
 
