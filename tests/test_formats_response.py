@@ -637,17 +637,32 @@ def test_logprob_lists_read_as_their_content_form(values: list[Any]) -> None:
 
 @pytest.mark.parametrize("bad", BAD_VALUES, ids=repr)
 def test_logprob_lists_refuse_what_the_content_form_refuses(bad: Any) -> None:
+    # One reader of a value (r3wire.logprobs.logprob_value) for every form: the same refusal, in the same words.
     values = [-0.5, None, bad, -1.0]
     with pytest.raises(DecodeError) as content:
         r3wire.read_logprobs_content({"content": [{"logprob": x} for x in values]})
-    body = {"choices": [{"routed_experts": R3.tolist(), "logprobs": values}]}
-    with pytest.raises(DecodeError) as listed:
-        read_response(body)
-    assert listed.value.field == "$.choices[0].logprobs[2]"
-    assert listed.value.got == content.value.got
-    assert (
-        str(listed.value) == f"$.choices[0].logprobs[2] must be a number or null (a logprob), got {content.value.got}"
-    )
+    assert content.value.field == "content[2].logprob"
+    exact = isinstance(bad, (int, np.integer)) and not isinstance(bad, (bool, np.bool_))
+    assert content.value.expected == ("a number exactly representable as a float64" if exact else "a number or null")
+    entries = [[x, i + 1] for i, x in enumerate(values)]
+    sglang = {
+        "output_ids": [1, 2, 3, 4],
+        "meta_info": {"routed_experts": write(R3, "sglang"), "output_token_logprobs": entries},
+    }
+    forms = [
+        ({"choices": [{"routed_experts": R3.tolist(), "logprobs": values}]}, "$.choices[0].logprobs[2]"),
+        (
+            {"choices": [{"routed_experts": R3.tolist(), "logprobs": {"token_logprobs": values}}]},
+            "$.choices[0].logprobs.token_logprobs[2]",
+        ),
+        (sglang, "$.meta_info.output_token_logprobs[2][0]"),
+    ]
+    for body, field in forms:
+        with pytest.raises(DecodeError) as listed:
+            read_response(body, num_layers=2, top_k=2)
+        assert listed.value.field == field
+        assert (listed.value.expected, listed.value.got) == (content.value.expected, content.value.got)
+        assert str(listed.value) == f"{field} must be {content.value.expected}, got {content.value.got}"
 
 
 def test_float16_logprobs_are_clamped_to_the_float16_value_nearest_the_floor() -> None:
