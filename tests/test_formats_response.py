@@ -11,8 +11,9 @@ import json
 import mmap
 import struct
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -22,6 +23,7 @@ import r3wire
 from r3wire import DecodeError, R3WireError, UnsupportedVersionError
 from r3wire.formats import MISSING_ROUTE, detect, read, read_response, write
 
+T = TypeVar("T")
 VECTORS = Path(__file__).parent / "vectors"
 ENGINES: list[dict[str, Any]] = json.loads((VECTORS / "response-engines-v1.json").read_text(encoding="utf-8"))["cases"]
 # Token ids and logprobs that must agree (formats.md, "Beside the routes"): cases with results read to them, cases
@@ -499,6 +501,45 @@ def test_a_deep_and_wide_body_costs_memory_linear_in_its_size() -> None:
     node["routed_experts"] = {"data": "AAE=", "shape": [1, 1, 2], "dtype": "uint8"}
     (result,) = read_response(deep)
     assert result.path == "$" + ".b" * 50 + ".routed_experts"
+
+
+def _traced(call: Callable[[], T]) -> tuple[T, int]:
+    """``call()``'s result and its tracemalloc peak (NumPy's buffers included)."""
+    tracemalloc.start()
+    try:
+        return call(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+LOGPROB_TOKENS = 200_000
+
+
+def test_list_form_logprobs_cost_memory_linear_in_the_output() -> None:
+    # Logprobs as a list, token_logprobs or SGLang entries are read straight into the float64 result: a dict per
+    # token (reading them as the content form) peaked at 218 MB for a million tokens, 27 times the result's 8 MB.
+    tokens = LOGPROB_TOKENS
+    values: list[float | None] = (-np.random.default_rng(0).exponential(1.5, tokens)).tolist()
+    values[::1000] = [None] * len(values[::1000])
+    output = 8 * tokens  # the float64 result
+    bound = 4 * output  # the list of entries' logprobs beside the result, the finite mask, with room to spare
+    routes = [[[1, 2]]]
+    bodies = {
+        "list": {"choices": [{"routed_experts": routes, "logprobs": values}]},
+        "token_logprobs": {"choices": [{"routed_experts": routes, "logprobs": {"token_logprobs": values}}]},
+        "sglang": {"meta_info": {"routed_experts": routes, "output_token_logprobs": [[x, 7, "a"] for x in values]}},
+        # In process, SGLang's entries may be tuples (its own Python objects, before they are serialized).
+        "sglang tuples": {"meta_info": {"routed_experts": routes, "output_token_logprobs": [(x, 7) for x in values]}},
+    }
+    for name, body in bodies.items():
+        (result,), peak = _traced(lambda: read_response(body))  # noqa: B023  # called before the loop moves on
+        assert result.logprobs is not None
+        assert result.logprobs.shape == (tokens,)
+        assert result.num_clamped == tokens // 1000
+        assert peak < bound, (name, peak, bound)
+    # The bound tells the two apart: a dict per token, as the list forms were read before, is far above it.
+    _, peak = _traced(lambda: r3wire.read_logprobs_content({"content": [{"logprob": x} for x in values]}))
+    assert peak > 4 * bound
 
 
 def test_dtype_reads_sglang_strings_that_do_not_carry_it() -> None:

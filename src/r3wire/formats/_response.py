@@ -443,7 +443,7 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
                 KEY_TOKEN_LOGPROBS, "a list of numbers and nulls", type(token_logprobs).__name__, raw=True
             )
         try:
-            return _Read(_numbers(token_logprobs[skip:]), (KEY_TOKEN_LOGPROBS,))
+            return _Read(_numbers(token_logprobs[skip:] if skip else token_logprobs), (KEY_TOKEN_LOGPROBS,))
         except DecodeError as exc:
             raise relocated(exc, KEY_TOKEN_LOGPROBS) from exc
     return None
