@@ -157,7 +157,10 @@ def logprob_value(value: object, field: str, index: int, suffix: str = "") -> fl
     """
     if value is None:
         return math.nan
-    kind = _logprob_kind(type(value))
+    try:
+        kind = _KINDS[type(value)]  # _logprob_kind's own lookup, without the call: a list of NumPy scalars
+    except (KeyError, TypeError):
+        kind = _logprob_kind(type(value))
     number: Any = value  # of the kind just checked: an annotation, not a call, on this path
     if kind == _FLOAT_KIND:
         return float(number)
