@@ -105,6 +105,7 @@ def _int_as_float(value: int | np.integer[Any]) -> float | None:
 
 
 def _classify(kind: type) -> str | None:
+    """The rule of :func:`_logprob_kind`, uncached."""
     if issubclass(kind, _REJECTED_TYPES):
         return None
     if issubclass(kind, _EXACT_FLOAT_TYPES):
@@ -545,8 +546,10 @@ def read_logprobs_content(
         if not isinstance(entry, Mapping):
             raise DecodeError.make(f"{KEY_CONTENT}[{i}]", 'an object {"logprob": ...} or null', entry)
         value = entry.get(KEY_LOGPROB)
-        # The hot path (about a third of the per-entry time went to the call): a plain float is read as itself
-        # and a null as NaN, exactly what logprob_value returns for them; every other value goes through it.
+        # The hot path: a call per entry nearly doubled this loop (1M parsed entries, 230 ms to 430 ms). A plain
+        # float is read as itself and a null as NaN here, which is exactly what logprob_value returns for them
+        # (float(x) is x for a float; None is its first case); every other value, int and NumPy scalar
+        # included, goes through it, so the rule stays in one place.
         if type(value) is float:
             append(value)
         elif value is None:
