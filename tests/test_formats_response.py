@@ -11,8 +11,9 @@ import json
 import mmap
 import struct
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import orjson
@@ -22,6 +23,7 @@ import r3wire
 from r3wire import DecodeError, R3WireError, UnsupportedVersionError
 from r3wire.formats import MISSING_ROUTE, detect, read, read_response, write
 
+T = TypeVar("T")
 VECTORS = Path(__file__).parent / "vectors"
 ENGINES: list[dict[str, Any]] = json.loads((VECTORS / "response-engines-v1.json").read_text(encoding="utf-8"))["cases"]
 # Token ids and logprobs that must agree (formats.md, "Beside the routes"): cases with results read to them, cases
@@ -501,6 +503,45 @@ def test_a_deep_and_wide_body_costs_memory_linear_in_its_size() -> None:
     assert result.path == "$" + ".b" * 50 + ".routed_experts"
 
 
+def _traced(call: Callable[[], T]) -> tuple[T, int]:
+    """``call()``'s result and its tracemalloc peak (NumPy's buffers included)."""
+    tracemalloc.start()
+    try:
+        return call(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+LOGPROB_TOKENS = 200_000
+
+
+def test_list_form_logprobs_cost_memory_linear_in_the_output() -> None:
+    # Logprobs as a list, token_logprobs or SGLang entries are read straight into the float64 result: a dict per
+    # token (reading them as the content form) peaked at 218 MB for a million tokens, 27 times the result's 8 MB.
+    tokens = LOGPROB_TOKENS
+    values: list[float | None] = (-np.random.default_rng(0).exponential(1.5, tokens)).tolist()
+    values[::1000] = [None] * len(values[::1000])
+    output = 8 * tokens  # the float64 result
+    bound = 4 * output  # the list of entries' logprobs beside the result, the finite mask, with room to spare
+    routes = [[[1, 2]]]
+    bodies = {
+        "list": {"choices": [{"routed_experts": routes, "logprobs": values}]},
+        "token_logprobs": {"choices": [{"routed_experts": routes, "logprobs": {"token_logprobs": values}}]},
+        "sglang": {"meta_info": {"routed_experts": routes, "output_token_logprobs": [[x, 7, "a"] for x in values]}},
+        # In process, SGLang's entries may be tuples (its own Python objects, before they are serialized).
+        "sglang tuples": {"meta_info": {"routed_experts": routes, "output_token_logprobs": [(x, 7) for x in values]}},
+    }
+    for name, body in bodies.items():
+        (result,), peak = _traced(lambda: read_response(body))  # noqa: B023  # called before the loop moves on
+        assert result.logprobs is not None
+        assert result.logprobs.shape == (tokens,)
+        assert result.num_clamped == tokens // 1000
+        assert peak < bound, (name, peak, bound)
+    # The bound tells the two apart: a dict per token, as the list forms were read before, is far above it.
+    _, peak = _traced(lambda: r3wire.read_logprobs_content({"content": [{"logprob": x} for x in values]}))
+    assert peak > 4 * bound
+
+
 def test_dtype_reads_sglang_strings_that_do_not_carry_it() -> None:
     # SGLang's OpenAI endpoints (sgl_ext) and dynamo (nvext) do not forward routed_experts_dtype: a uint8 server's
     # string read as int32 gave ids like 252446213, and the body could not be read whole at all.
@@ -637,17 +678,32 @@ def test_logprob_lists_read_as_their_content_form(values: list[Any]) -> None:
 
 @pytest.mark.parametrize("bad", BAD_VALUES, ids=repr)
 def test_logprob_lists_refuse_what_the_content_form_refuses(bad: Any) -> None:
+    # One reader of a value (r3wire.logprobs.logprob_value) for every form: the same refusal, in the same words.
     values = [-0.5, None, bad, -1.0]
     with pytest.raises(DecodeError) as content:
         r3wire.read_logprobs_content({"content": [{"logprob": x} for x in values]})
-    body = {"choices": [{"routed_experts": R3.tolist(), "logprobs": values}]}
-    with pytest.raises(DecodeError) as listed:
-        read_response(body)
-    assert listed.value.field == "$.choices[0].logprobs[2]"
-    assert listed.value.got == content.value.got
-    assert (
-        str(listed.value) == f"$.choices[0].logprobs[2] must be a number or null (a logprob), got {content.value.got}"
-    )
+    assert content.value.field == "content[2].logprob"
+    exact = isinstance(bad, (int, np.integer)) and not isinstance(bad, (bool, np.bool_))
+    assert content.value.expected == ("a number exactly representable as a float64" if exact else "a number or null")
+    entries = [[x, i + 1] for i, x in enumerate(values)]
+    sglang = {
+        "output_ids": [1, 2, 3, 4],
+        "meta_info": {"routed_experts": write(R3, "sglang"), "output_token_logprobs": entries},
+    }
+    forms = [
+        ({"choices": [{"routed_experts": R3.tolist(), "logprobs": values}]}, "$.choices[0].logprobs[2]"),
+        (
+            {"choices": [{"routed_experts": R3.tolist(), "logprobs": {"token_logprobs": values}}]},
+            "$.choices[0].logprobs.token_logprobs[2]",
+        ),
+        (sglang, "$.meta_info.output_token_logprobs[2][0]"),
+    ]
+    for body, field in forms:
+        with pytest.raises(DecodeError) as listed:
+            read_response(body, num_layers=2, top_k=2)
+        assert listed.value.field == field
+        assert (listed.value.expected, listed.value.got) == (content.value.expected, content.value.got)
+        assert str(listed.value) == f"{field} must be {content.value.expected}, got {content.value.got}"
 
 
 def test_float16_logprobs_are_clamped_to_the_float16_value_nearest_the_floor() -> None:

@@ -8,10 +8,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from r3wire import DecodeError, R3WireError
 
-__all__ = ["JSON_LEAVES", "JSON_VALUES", "LAYOUTS", "corrupted", "decoded_or_none", "in_layout"]
+__all__ = ["JSON_LEAVES", "JSON_VALUES", "LAYOUTS", "NUMPY_SCALARS", "corrupted", "decoded_or_none", "in_layout"]
 
 T = TypeVar("T")
 
@@ -27,6 +28,20 @@ JSON_VALUES = st.recursive(
     JSON_LEAVES,
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=20,
+)
+
+# Every kind of NumPy scalar an in-process document may hold (np.timedelta64 is an np.signedinteger: int() of it
+# raised TypeError or dropped the unit). timedelta64 and datetime64 carry explicit units (NumPy 2.5 deprecates the
+# generic one).
+NUMPY_SCALAR_DTYPES = [
+    "?", "i1", "u1", "<i2", "<u4", "<i8", "<u8", "<f2", "<f4", "<f8", "g", "c8", "c16",
+    "m8[ns]", "m8[s]", "m8[D]", "M8[ns]", "M8[s]", "M8[D]", "S3", "U3",
+]  # fmt: skip
+NUMPY_SCALARS = st.one_of(
+    st.sampled_from(NUMPY_SCALAR_DTYPES).flatmap(
+        lambda name: hnp.from_dtype(np.dtype(name)).map(lambda x: np.array(x, dtype=np.dtype(name))[()])
+    ),
+    st.binary(min_size=1, max_size=4).map(np.void),
 )
 
 

@@ -5,17 +5,19 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import orjson
 import pytest
-from _fuzzing import JSON_LEAVES, JSON_VALUES, corrupted, decoded_or_none
+from _fuzzing import JSON_LEAVES, JSON_VALUES, NUMPY_SCALARS, corrupted, decoded_or_none
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from r3wire import (
+    DecodeError,
     EncodeError,
     build_logprobs_content,
     clamp_logprobs,
@@ -23,6 +25,7 @@ from r3wire import (
     encode_logprobs,
     read_logprobs_content,
 )
+from r3wire.formats import read_response
 
 pytestmark = pytest.mark.property
 
@@ -207,3 +210,89 @@ def test_corrupted_json_text_raises_only_decode_error(noise: bytes, where: int) 
 def test_claimed_shape_never_allocates_beyond_the_text(shape: list[int], dtype: str) -> None:
     payload = {"data": "AAAAAAAA", "shape": shape, "dtype": dtype, "schema": "r3wire.logprobs", "version": 1}
     _only_decode_error(payload)
+
+
+# --- one rule for a logprob value, in every form ----------------------------------------------------------------
+
+# Every kind of value a logprob may be found as: what a JSON parser gives (floats of every bit pattern, integers
+# small and past float64's range, bools, strings, null, objects and arrays) and what an in-process document may
+# hold (NumPy scalars of every dtype, np.bool_, np.timedelta64 with explicit units).
+LOGPROB_VALUES = st.one_of(
+    st.none(),
+    st.floats(),
+    st.integers(0, 2**64 - 1).map(lambda bits: float(np.array(bits, dtype=np.uint64).view(np.float64))),
+    st.floats(width=32).map(np.float32),
+    st.floats(width=16).map(np.float16),
+    st.floats().map(np.float64),
+    st.integers(-(2**60), 2**60),
+    st.integers(-(2**1100), 2**1100),
+    st.sampled_from([0, -1, 2**53, 2**53 + 1, -(2**53) - 1, 2**63 - 1, 2**64, 2**1024, -(10**400)]),
+    st.integers(-(2**63), 2**63 - 1).map(np.int64),
+    st.booleans(),
+    st.booleans().map(np.bool_),
+    st.builds(np.timedelta64, st.integers(-(2**40), 2**40), st.sampled_from(["ns", "s", "D"])),
+    st.sampled_from([np.timedelta64("NaT", "ns"), np.timedelta64("NaT", "s")]),
+    NUMPY_SCALARS,
+    JSON_VALUES,
+)
+ROUTES = [[[1, 2]]]
+
+
+def _outcome(read: Callable[[], Any]) -> tuple[Any, ...]:
+    """What a reader made of the values: the float64 bytes and the count clamped, or the refusal's field, expected
+    and got. Any exception but DecodeError propagates, failing the property."""
+    refused: DecodeError | None = None
+    try:
+        result = read()
+    except DecodeError as exc:
+        refused = exc
+    if refused is not None:
+        assert str(refused) == f"{refused.field} must be {refused.expected}, got {refused.got}"
+        return refused.field, refused.expected, refused.got
+    if isinstance(result, list):  # read_response: one result, for the one routes field
+        (found,) = result
+        assert found.logprobs is not None
+        return found.logprobs.tobytes(), found.num_clamped
+    return result.values.tobytes(), result.num_clamped
+
+
+@given(st.lists(LOGPROB_VALUES, min_size=1, max_size=5))
+def test_every_logprob_form_reads_a_value_by_one_rule(values: list[Any]) -> None:
+    # read_logprobs_content and read_response's list, token_logprobs and SGLang forms agree on every value: the
+    # same float64 bit for bit, or the same refusal at the value's own path.
+    outcomes = {
+        "content[{}].logprob": _outcome(lambda: read_logprobs_content({"content": [{"logprob": x} for x in values]})),
+        "$.choices[0].logprobs[{}]": _outcome(
+            lambda: read_response({"choices": [{"routed_experts": ROUTES, "logprobs": values}]})
+        ),
+        "$.choices[0].logprobs.token_logprobs[{}]": _outcome(
+            lambda: read_response({"choices": [{"routed_experts": ROUTES, "logprobs": {"token_logprobs": values}}]})
+        ),
+        "$.meta_info.output_token_logprobs[{}][0]": _outcome(
+            lambda: read_response(
+                {"meta_info": {"routed_experts": ROUTES, "output_token_logprobs": [[x, 7, "a"] for x in values]}}
+            )
+        ),
+        "$.output_token_logprobs[{}][0]": _outcome(
+            lambda: read_response({"routed_experts": ROUTES, "output_token_logprobs": tuple((x,) for x in values)})
+        ),
+    }
+    first = next(iter(outcomes.values()))
+    if len(first) == 2:
+        assert all(outcome == first for outcome in outcomes.values()), outcomes
+        got = np.frombuffer(first[0], dtype=np.float64)
+        missing = [x is None or (isinstance(x, (float, np.floating)) and not np.isfinite(x)) for x in values]
+        assert first[1] == sum(missing)
+        for x, value, gone in zip(values, got.tolist(), missing, strict=True):
+            assert not isinstance(x, (bool, np.bool_, np.timedelta64, str, dict, list))
+            assert value == -9999.0 if gone else value == x  # exact: Python compares a float and an int exactly
+        # clamp_logprobs takes a sequence by the same rule, and gives the same values.
+        assert clamp_logprobs(values).values.tobytes() == first[0]
+        return
+    index = int(str(first[0]).split("[")[1].split("]")[0])
+    for path, outcome in outcomes.items():
+        assert outcome == (path.format(index), first[1], first[2]), outcomes
+    # clamp_logprobs refuses the same sequences (it looks at every value's type before any integer's exactness, so
+    # the value it names may be another one).
+    with pytest.raises(EncodeError, match=r"^values\[\d+\] must be "):
+        clamp_logprobs(values)

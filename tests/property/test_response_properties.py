@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
-from _fuzzing import JSON_LEAVES
+from _fuzzing import JSON_LEAVES, NUMPY_SCALARS
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -417,20 +417,6 @@ def test_logprobs_changed_before_streaming_are_sent_exactly_or_refused(
     assert np.isfinite(back).all()
 
 
-# Every kind of NumPy scalar an in-process document may hold (np.timedelta64 is an np.signedinteger: int() of it
-# raised TypeError or dropped the unit).
-SCALAR_DTYPES = [
-    "?", "i1", "u1", "<i2", "<u4", "<i8", "<u8", "<f2", "<f4", "<f8", "g", "c8", "c16",
-    "m8[ns]", "m8[s]", "m8[D]", "M8[ns]", "M8[s]", "M8[D]", "S3", "U3",
-]  # fmt: skip
-SCALARS = st.one_of(
-    st.sampled_from(SCALAR_DTYPES).flatmap(
-        lambda name: hnp.from_dtype(np.dtype(name)).map(lambda x: np.array(x, dtype=np.dtype(name))[()])
-    ),
-    st.binary(min_size=1, max_size=4).map(np.void),
-)
-
-
 def _written(doc: Any, option: int | None) -> bytes | EncodeError:
     try:
         return r3wire.dumps(doc, option=option)
@@ -438,7 +424,7 @@ def _written(doc: Any, option: int | None) -> bytes | EncodeError:
         return exc
 
 
-@given(SCALARS, st.sampled_from([None, orjson.OPT_SERIALIZE_NUMPY]))
+@given(NUMPY_SCALARS, st.sampled_from([None, orjson.OPT_SERIALIZE_NUMPY]))
 def test_numpy_scalars_are_written_exactly_or_refused_at_their_path(scalar: Any, option: int | None) -> None:
     assert isinstance(scalar, np.generic)
     doc = {"k": [scalar]}

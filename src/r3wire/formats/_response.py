@@ -13,7 +13,6 @@ The nesting each engine uses is listed, with sources, in ``docs/formats.md`` ("W
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
@@ -24,14 +23,12 @@ from r3wire._walk import EXIT, Guard, holds_any
 from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.logprobs import (
-    _EXACT_FLOAT_TYPES,
-    _REJECTED_TYPES,
     LOGPROB_FLOOR,
     ClampResult,
     _clamp,
-    _int_as_float,
     clamp_logprobs,
     decode_logprobs,
+    logprob_value,
     read_logprobs_content,
 )
 from r3wire.response import _path, _relocate
@@ -422,7 +419,8 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
             if not isinstance(entry, (list, tuple)) or not entry:
                 raise DecodeError.make(f"[{i}]", "a [logprob, token_id, ...] list", entry)
             append(entry[0])
-        return _Read(_numbers(numbers[skip:] if skip else numbers), ())
+        # An entry's logprob is named [i][0], as its token id is [i][1].
+        return _Read(_numbers(numbers[skip:] if skip else numbers, suffix="[0]"), ())
     if isinstance(value, (list, tuple)):
         return _Read(_numbers(value[skip:] if skip else value), ())
     if not isinstance(value, Mapping):
@@ -446,7 +444,7 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
                 KEY_TOKEN_LOGPROBS, "a list of numbers and nulls", type(token_logprobs).__name__, raw=True
             )
         try:
-            return _Read(_numbers(token_logprobs[skip:]), (KEY_TOKEN_LOGPROBS,))
+            return _Read(_numbers(token_logprobs[skip:] if skip else token_logprobs), (KEY_TOKEN_LOGPROBS,))
         except DecodeError as exc:
             raise relocated(exc, KEY_TOKEN_LOGPROBS) from exc
     return None
@@ -469,33 +467,18 @@ def _one_per_token(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 _PLAIN_NUMBERS: Final = frozenset({float, type(None)})
 
 
-def _numbers(values: Sequence[Any]) -> ClampResult:
-    """A flat list of logprobs and nulls, clamped by the content reader's rules (null, NaN and infinities become
-    the floor and are counted; ints only when exact; bools, strings and the rest refused), as a float64 array
-    built straight from the list: no object per value (a dict per token cost 9x the memory of the content form).
+def _numbers(values: Sequence[Any], suffix: str = "") -> ClampResult:
+    """A flat list of logprobs and nulls, each read by :func:`r3wire.logprobs.logprob_value` (the rule of the
+    content reader), clamped (null, NaN and infinities become the floor and are counted), as a float64 array built
+    straight from the list: no object per value (a dict per token cost 9x the memory of the content form).
 
     Raises:
-        DecodeError: at ``[i]``, a value that is neither a number nor null.
+        DecodeError: at ``[i]`` (then ``suffix``), a value that is neither a number nor null.
     """
     if set(map(type, values)) <= _PLAIN_NUMBERS:
-        array: np.ndarray[Any, Any] = np.array(values, dtype=np.float64)  # None converts to NaN
+        # Only plain floats and None: logprob_value would return each float as itself and None as NaN, which is
+        # what NumPy makes of them in one call.
+        array: np.ndarray[Any, Any] = np.array(values, dtype=np.float64)
     else:
-        array = np.array([_number(x, i) for i, x in enumerate(values)], dtype=np.float64)
+        array = np.array([logprob_value(x, "", i, suffix) for i, x in enumerate(values)], dtype=np.float64)
     return _clamp(array, fresh=True, floor=LOGPROB_FLOOR)
-
-
-def _number(value: object, index: int) -> float:
-    """One logprob of a list as :func:`~r3wire.read_logprobs_content` reads an entry's (NaN for null).
-
-    Raises:
-        DecodeError: at ``[index]``.
-    """
-    if value is None:
-        return math.nan
-    if isinstance(value, _EXACT_FLOAT_TYPES):
-        return float(value)
-    if isinstance(value, (int, np.integer)) and not isinstance(value, _REJECTED_TYPES):
-        number = _int_as_float(value)
-        if number is not None:
-            return number
-    raise DecodeError.make(f"[{index}]", "a number or null (a logprob)", value)
