@@ -397,3 +397,38 @@ def test_a_timedelta64_is_never_taken_for_an_integer_argument(value: Any) -> Non
         pack_bits(np.zeros(4, np.uint8), bits=value)
     with pytest.raises(r3wire.R3WireError, match=r"^fill must be a number"):
         r3wire.pad_sequences([np.array([1, 2]), np.array([1])], side="right", fill=value)
+
+
+def test_dumps_advice_for_a_non_finite_logprob_names_its_own_option() -> None:
+    def streamed(doc: Any) -> bytes:
+        return b"".join(r3wire.iter_dumps(doc))
+
+    for call in (r3wire.dumps, streamed):
+        with pytest.raises(r3wire.EncodeError) as caught:
+            call({"logprobs": np.array([-0.5, np.nan])})
+        assert "pass clamp_logprobs=True" in str(caught.value)
+    with pytest.raises(r3wire.EncodeError, match="pass clamp=True"):
+        r3wire.encode_logprobs(np.array([-0.5, np.nan]))
+
+
+def test_clamp_logprobs_covers_a_plain_list_under_a_logprobs_key(caplog: pytest.LogCaptureFixture) -> None:
+    lists: dict[str, list[float | None]] = {"logprobs": [None, -0.5, float("inf"), float("nan")], "other": [1.5]}
+    doc = {"choices": [lists]}
+    with caplog.at_level("WARNING", logger="r3wire.logprobs"):
+        body = r3wire.dumps(doc, clamp_logprobs=True, request_id="req-7")
+    assert orjson.loads(body) == {"choices": [{"logprobs": [-9999.0, -0.5, -9999.0, -9999.0], "other": [1.5]}]}
+    [record] = caplog.records
+    assert record.r3wire_num_clamped == 3  # type: ignore[attr-defined]
+    assert record.r3wire_total == 4  # type: ignore[attr-defined]
+    assert record.r3wire_paths == ["$.choices[0].logprobs"]  # type: ignore[attr-defined]
+    assert lists["logprobs"][0] is None  # the caller's list is not changed
+    assert b"".join(r3wire.iter_dumps(doc, clamp_logprobs=True)) == body
+    # Nothing to clamp: written as given (ints stay ints); not logprobs by the value rule: a plain list.
+    assert r3wire.dumps({"logprobs": [-0.5, 0]}, clamp_logprobs=True) == b'{"logprobs":[-0.5,0]}'
+    assert r3wire.dumps({"logprobs": [None, "x"]}, clamp_logprobs=True) == b'{"logprobs":[null,"x"]}'
+    with pytest.raises(r3wire.EncodeError) as caught:
+        r3wire.dumps({"logprobs": [True, float("nan")]}, clamp_logprobs=True)  # a bool is no logprob: not clamped
+    assert caught.value.field == "$.logprobs[1]"
+    with pytest.raises(r3wire.EncodeError) as caught:
+        r3wire.dumps(doc)  # without the option a non-finite float is refused, as anywhere
+    assert caught.value.field == "$.choices[0].logprobs[2]"

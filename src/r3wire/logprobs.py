@@ -392,20 +392,21 @@ def encode_logprobs(
     return build_envelope(to_wire_bytes(array, name), name, LOGPROBS_SCHEMA)
 
 
-def logprobs_wire(values: object) -> tuple[np.ndarray[Any, Any], str]:
+def logprobs_wire(values: object, *, clamp_option: str = "clamp=True") -> tuple[np.ndarray[Any, Any], str]:
     """Check logprobs as :func:`encode_logprobs` does without ``clamp``; return the wire array and its dtype name
-    (what the envelope's base64 encodes), for a writer that encodes the bytes itself.
+    (what the envelope's base64 encodes), for a writer that encodes the bytes itself. ``clamp_option`` is how
+    the caller's own function asks for the clamp, for the error's advice (``dumps`` takes ``clamp_logprobs=True``).
 
     Raises:
         EncodeError: as :func:`encode_logprobs`.
     """
     array, _ = as_float_array(values, field="logprobs", half=False)
     name = wire_dtype_name(array.dtype, field="logprobs", allowed=LOGPROB_DTYPES)
-    _check_finite(values, array)
+    _check_finite(values, array, clamp_option)
     return to_wire_bytes(array, name), name
 
 
-def _check_finite(values: object, array: np.ndarray[Any, Any]) -> None:
+def _check_finite(values: object, array: np.ndarray[Any, Any], clamp_option: str = "clamp=True") -> None:
     """Refuse a non-finite value of ``array`` (``values`` as converted), naming the first as the caller gave it.
 
     Raises:
@@ -417,7 +418,7 @@ def _check_finite(values: object, array: np.ndarray[Any, Any]) -> None:
         shown = _show_bad(values, array, index, value)
         raise EncodeError.make(
             f"logprobs{index}",
-            "a finite logprob (pass clamp=True, or call clamp_logprobs first, to replace it with the floor)",
+            f"a finite logprob (pass {clamp_option}, or call clamp_logprobs first, to replace it with the floor)",
             shown,
             raw=True,
         )

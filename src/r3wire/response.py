@@ -42,6 +42,7 @@ from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.logprobs import (
     LOGPROB_FLOOR,
+    _logprob_kind,
     _show_non_finite,
     as_float_array,
     clamp_logprobs,
@@ -439,7 +440,7 @@ class _Writer:
         if cls is dict:
             return self._dict(value)
         if cls is list or cls is tuple:
-            return self._list(value)
+            return self._logprob_list(value) if kind == _LOGPROBS and self.clamp else self._list(value)
         if isinstance(value, np.ndarray) or is_tensor(value):
             return self._array(value, kind)
         if isinstance(value, np.generic):
@@ -457,6 +458,22 @@ class _Writer:
         if dataclasses.is_dataclass(value) and not isinstance(value, type):
             return self._dataclass(value)
         return value  # datetimes, UUIDs...: orjson's rules apply
+
+    def _logprob_list(self, items: Sequence[Any]) -> Sequence[Any]:
+        """A flat list of logprobs under a logprobs key, with ``clamp_logprobs``: clamped as an array would be
+        (non-finite and ``None`` to the floor, reported), and written as a list. Anything else is a plain list."""
+        kinds = set(map(type, items))
+        if not items or not all(k is type(None) or _logprob_kind(k) is not None for k in kinds):
+            return self._list(items)
+        try:
+            result = clamp_logprobs(items)
+        except R3WireError:  # not logprobs by the one value rule (an int a float64 cannot hold): a plain list
+            return self._list(items)
+        if not result.num_clamped:
+            return self._list(items)
+        self.clamped.append(_Clamped(_path(self.path, exact=True), result.num_clamped, len(items)))
+        clamped: list[float] = result.values.tolist()
+        return clamped
 
     def _float(self, value: float) -> float:
         if not math.isfinite(value):
@@ -610,7 +627,7 @@ class _Writer:
             if result.num_clamped:
                 self.clamped.append(_Clamped(_path(self.path, exact=True), result.num_clamped, array.size))
             value = result.values
-        wire, name = logprobs_wire(value)
+        wire, name = logprobs_wire(value, clamp_option="clamp_logprobs=True")
         if not self.splice or wire.nbytes < _SPLICE_MIN_BYTES:
             return build_envelope(wire, name, LOGPROBS_SCHEMA)
         # Streamed like any large array: without this a logprobs array was one base64 string in the document,
@@ -812,7 +829,8 @@ def dumps(
         logprobs_keys: the object keys whose arrays are sampled logprobs, written as ``r3wire.logprobs``
             (float32/float64, every value finite); ``()`` writes them as ``r3wire.array``.
         clamp_logprobs: replace a non-finite logprob under ``logprobs_keys`` with -9999.0 (see
-            :func:`~r3wire.clamp_logprobs`) instead of raising. What was replaced is reported like
+            :func:`~r3wire.clamp_logprobs`) instead of raising: in an array, and in a flat list of numbers and
+            ``None`` (which is written as a list; a missing ``None`` is floored too). What was replaced is reported like
             :func:`~r3wire.encode_logprobs` reports it: one warning per document on the ``r3wire.logprobs``
             logger, whose record carries ``r3wire_num_clamped``, ``r3wire_total``, ``r3wire_paths`` and
             ``r3wire_request_id``. Call :func:`~r3wire.clamp_logprobs` first to get the count as a value.
@@ -890,7 +908,8 @@ def iter_dumps(
         logprobs_keys: the object keys whose arrays are sampled logprobs, written as ``r3wire.logprobs``
             (float32/float64, every value finite); ``()`` writes them as ``r3wire.array``.
         clamp_logprobs: replace a non-finite logprob under ``logprobs_keys`` with -9999.0 (see
-            :func:`~r3wire.clamp_logprobs`) instead of raising. What was replaced is reported like
+            :func:`~r3wire.clamp_logprobs`) instead of raising: in an array, and in a flat list of numbers and
+            ``None`` (which is written as a list; a missing ``None`` is floored too). What was replaced is reported like
             :func:`~r3wire.encode_logprobs` reports it: one warning per document on the ``r3wire.logprobs``
             logger, whose record carries ``r3wire_num_clamped``, ``r3wire_total``, ``r3wire_paths`` and
             ``r3wire_request_id``. Call :func:`~r3wire.clamp_logprobs` first to get the count as a value.
