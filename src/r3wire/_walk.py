@@ -21,7 +21,7 @@ identity to ``seen``): that keeps the cost on a tree to one set lookup and one i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Sized
 from typing import Any, Final
 
 from r3wire.errors import DecodeError
@@ -75,14 +75,26 @@ class Guard:
     ``render`` turns the keys and indexes from the root into the JSONPath errors are named by.
     """
 
-    __slots__ = ("_counted", "_entered", "_limit", "_on_path", "_render", "_root", "_shared", "seen")
+    __slots__ = (
+        "_decoded",
+        "_entered",
+        "_on_path",
+        "_own",
+        "_own_decoded",
+        "_render",
+        "_root",
+        "_shared",
+        "seen",
+    )
 
     def __init__(self, root: object, render: Callable[[Sequence[object]], str]) -> None:
         self._root = root
         self._render = render
-        self._limit = SHARED_ITEMS_LIMIT
-        self._counted = False
-        self._shared = 0
+        self._shared = 0  # items walked, copied or decoded again
+        self._own = -1  # the distinct containers' items, counted once the fixed limit is passed (-1: not yet)
+        # The elements each value's first decoding yielded, by the identity it is decoded from, and their sum.
+        self._decoded: dict[Hashable, int] = {}
+        self._own_decoded = 0
         self.seen = {id(root)}  # every container reached, by identity (the document keeps them all alive)
         self._on_path: set[int] = set()
         # The entered containers from the root down. Their keys are not kept (a walker's stack then needs no tuple
@@ -98,13 +110,13 @@ class Guard:
         """The last entered container's children are all walked."""
         self._on_path.discard(id(self._entered.pop()))
 
-    def child(self, item: Sized, key: object, cost: int | None = None) -> None:
-        """``item``, a container under ``key`` of the last entered one, is about to be pushed (or what is made of
-        it again costs ``cost`` items, by default its length).
+    def child(self, item: Sized, key: object) -> None:
+        """``item``, a container under ``key`` of the last entered one, is about to be pushed: reached again, its
+        items count as walked again.
 
         Raises:
             DecodeError: ``item`` is one of the entered containers (a reference cycle), or walking it again would
-                take the items walked again past the limit; the field is its JSONPath.
+                take what is made again past the limit; the field is its JSONPath.
         """
         ident = id(item)
         if ident not in self.seen:
@@ -118,18 +130,47 @@ class Guard:
                 f"a reference to its own enclosing container {self._render(self._keys(depth))}",
                 raw=True,
             )
-        self._shared += len(item) if cost is None else cost
-        if self._shared > self._limit and not self._counted:
+        self._charge(len(item), lambda: self.path(key))
+
+    def decoding(self, value: Hashable, where: Callable[[], str]) -> None:
+        """A routes value or envelope, identified by ``value`` (the identities of the objects it is decoded from),
+        is about to be decoded: decoded before, it counts the elements that first decoding yielded, before any
+        memory is spent on it again.
+
+        Raises:
+            DecodeError: decoding it again would take what is made again past the limit; the field is ``where()``.
+        """
+        elements = self._decoded.get(value)
+        if elements is not None:
+            self._charge(elements, where)
+
+    def decoded(self, value: Hashable, elements: int) -> None:
+        """``value``'s first decoding yielded ``elements``: the document's own, and the cost of each decoding
+        again."""
+        if value not in self._decoded:
+            self._decoded[value] = elements
+            self._own_decoded += elements
+
+    def _charge(self, cost: int, where: Callable[[], str]) -> None:
+        """Count ``cost`` items made again.
+
+        Raises:
+            DecodeError: past the limit; the field is ``where()``.
+        """
+        self._shared += cost
+        if self._shared <= SHARED_ITEMS_LIMIT:
+            return
+        if self._own < 0:
             # Counted once, only by a walk that got this far: a tree never pays for it.
-            self._counted = True
-            self._limit = max(self._limit, SHARED_FACTOR * _own_items(self._root))
-        if self._shared > self._limit:
+            self._own = _own_items(self._root)
+        limit = max(SHARED_ITEMS_LIMIT, SHARED_FACTOR * (self._own + self._own_decoded))
+        if self._shared > limit:
             raise DecodeError.make(
-                self.path(key),
-                f"a document whose shared containers (one object referenced from several places, which JSON text "
-                f"cannot hold) repeat at most {self._limit} items in all ({SHARED_FACTOR} times the document's own, "
-                f"or {SHARED_ITEMS_LIMIT})",
-                "more (a container referenced again and again)",
+                where(),
+                f"a document whose shared containers and values (one object referenced from several places, which "
+                f"JSON text cannot hold) repeat at most {limit} items in all ({SHARED_FACTOR} times the document's "
+                f"own, or {SHARED_ITEMS_LIMIT}; a value decoded again counts its elements)",
+                "more (a container or value referenced again and again)",
                 raw=True,
             )
 

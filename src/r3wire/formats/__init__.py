@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, overload
@@ -26,6 +27,7 @@ import numpy as np
 from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
 from r3wire._validate import check_int, check_shape, optional_max_elements, plain_str
+from r3wire._walk import Guard
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 from r3wire.formats._common import (
     MISSING_ROUTE,
@@ -74,6 +76,7 @@ from r3wire.formats._response import (
     check_call_fits,
     find_routes,
     relocated,
+    routes_identity,
 )
 from r3wire.formats._sglang import SGLANG_DTYPES, read_sglang, write_sglang
 from r3wire.response import _as_text, _path
@@ -619,7 +622,12 @@ def read_response(
                     item,
                 )
     results = []
-    for found in find_routes(body):
+    # One guard for the walk and the decoding: a routes value reached again (a choice in a batch ``[body] * n``,
+    # one string in two choices) is decoded again, and counts the elements its first decoding yielded.
+    guard = Guard(body, _path)
+    for found in find_routes(body, guard):
+        identity = routes_identity(found)
+        guard.decoding(identity, functools.partial(_path, found.parts))
         if found.key == KEY_ROUTED_EXPERTS:
             # Keep routed_experts_dtype beside a bare SGLang string; any other value is read by itself.
             holder = found.holder  # the object whose member the routes key is
@@ -648,6 +656,7 @@ def read_response(
             if found.key == KEY_ROUTED_EXPERTS and field.startswith(KEY_ROUTED_EXPERTS):
                 parts = parts[:-1]
             raise relocated(exc, parts) from exc
+        guard.decoded(identity, result.routes.size)
         beside = beside_routes(found, max_elements=limit)
         check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts)
         clamped = beside.logprobs
