@@ -241,7 +241,8 @@ def test_an_envelope_past_the_fixed_bound_referenced_twice_loads_like_its_json()
 def _routes_value(routes: np.ndarray[Any, Any], kind: str) -> dict[str, Any]:
     """A choice's routes members in ``kind``'s wire form (SGLang with ``routed_experts_dtype`` beside it)."""
     if kind == "sglang":
-        written: dict[str, Any] = formats.write(routes, format="sglang", dtype="uint8")
+        written = formats.write(routes, format="sglang", dtype="uint8")
+        assert isinstance(written, dict)
         return written
     if kind == "fireworks-r3v1":
         pytest.importorskip("zstandard")
@@ -261,12 +262,11 @@ def test_a_routes_value_read_again_counts_its_elements_and_is_bounded(kind: str,
         choices = [{**members, "token_ids": [1]}] * 100
     else:  # distinct choices holding one routes object
         choices = [{**members, "token_ids": [1]} for _ in range(100)]
-    args = {"num_layers": 2, "top_k": 2}
-    assert len(formats.read_response({"choices": choices[:17]}, **args)) == 17
+    assert len(formats.read_response({"choices": choices[:17]}, num_layers=2, top_k=2)) == 17
     tracemalloc.start()
     try:
         with pytest.raises(DecodeError, match="shared containers and values") as info:
-            formats.read_response({"choices": choices}, **args)
+            formats.read_response({"choices": choices}, num_layers=2, top_k=2)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
