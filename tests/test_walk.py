@@ -275,6 +275,25 @@ def test_a_routes_value_read_again_counts_its_elements_and_is_bounded(kind: str,
     assert peak < 24 * routes.nbytes
 
 
+def test_a_shared_choice_counts_the_token_ids_read_beside_its_routes_again() -> None:
+    # One row of routes beside 2**17 token ids: each reading again makes a MiB of int64 ids, which count with the
+    # routes (the first reading's total), so a choice shared 200 times is refused, not read into 200 MiB.
+    token_ids = list(range(1 << 17))
+    choice = {"routed_experts": _npy(np.zeros((1, 1, 1), np.uint8)), "token_ids": token_ids}
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodeError, match="shared containers and values") as info:
+            formats.read_response({"choices": [choice] * 200})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.field is not None
+    assert info.value.field.startswith("$.choices[")
+    # The document's own counts the list's items and its first reading: about 32 readings again, never 200.
+    assert peak < 48 * 8 * len(token_ids)
+    assert len(formats.read_response({"choices": [choice] * 16})) == 16
+
+
 def test_a_batch_of_one_body_with_large_routes_sixteen_times_is_read_in_full() -> None:
     routes = np.zeros((SHARED_ITEMS_LIMIT // 4, 2, 2), np.uint8)
     body = {"choices": [{"routed_experts": _npy(routes), "token_ids": [1]}]}

@@ -10,6 +10,20 @@ list): walking it again is allowed up to :data:`SHARED_ITEMS_LIMIT` items or :da
 document's own, whichever is more, then refused. A trainer that puts one ``token_ids`` list in two choices, or
 sends ``[body] * 16`` as a batch, stays within that.
 
+What is made again is counted in items, by one cost model for every walker. A container reached again costs its
+length. A routes value or envelope decoded again costs the elements its first decoding yielded, whatever its wire
+form (a base64 string costs its ids, not nothing; an envelope its ids, not its five members): a walker that decodes
+(:func:`r3wire.loads`, :func:`r3wire.formats.read_response`) calls :meth:`Guard.decoding` before each decoding and
+:meth:`Guard.decoded` after the first (``read_response`` counts a routes field's whole reading: its ids, and the
+token ids and logprobs it reads beside them again with it). The count is the first decoding's, not what a header
+declares: exact for every format (a zstd frame's text says nothing cheap about its size), with no header parsed
+twice, and still charged before the memory is spent again. The document's own is the items of its distinct
+containers plus the elements of each distinct value's first decoding, so the factor compares like with like. A value
+is always decoded once before it is decoded again, so its own count is there when it is charged; a value the walk
+has not decoded yet is not counted yet (never by what its header declares, which a hostile value could inflate past
+what it holds): that can only make a refusal come earlier than the whole document would allow, never let more
+through.
+
 The protocol, for a walker with an explicit stack: before pushing the first child container of a container,
 :meth:`Guard.enter` it and push :data:`EXIT` (popping it is :meth:`Guard.leave`); pass each child container to
 :meth:`Guard.child` as it is pushed, before any copy of it is made. The entered containers are then exactly the
@@ -29,18 +43,21 @@ from r3wire.errors import DecodeError
 __all__ = ["EXIT", "SHARED_FACTOR", "SHARED_ITEMS_LIMIT", "Guard", "holds_any"]
 
 SHARED_ITEMS_LIMIT: Final = 1 << 20
-"""Items of shared containers a walk may visit again whatever the document's size: about a million (a second of
-walking at most, measured at ~1 µs an item in :func:`r3wire.formats.find_routes`).
+"""Items a walk may make again (walk, copy or decode) whatever the document's size: about a million (a second of
+walking at most, measured at ~1 µs an item in :func:`r3wire.formats.find_routes`; a MiB to 8 MiB of ids decoded).
 
 A count of items, not of containers: one shared list of a million ids costs a million each time it is reached
-again, and an empty one nothing. Not tied to ``max_elements``, which bounds the ids of one array (a byte each,
-in C); a walked item costs a Python step and, in :func:`r3wire.loads`, a copied container."""
+again, and an empty one nothing; a routes value decoded again costs its elements. Not tied to ``max_elements``,
+which bounds the ids of one array (a byte each, in C); a walked item costs a Python step and, in
+:func:`r3wire.loads`, a copied container."""
 
 SHARED_FACTOR: Final = 16
 """Past :data:`SHARED_ITEMS_LIMIT`, a document may still have this many times its own items (each distinct
-container counted once) walked again: ``[body] * 16``, a batch of one parsed body sixteen times, is read in full by
-:func:`r3wire.loads` too, which copies every container, whatever the body's size. The walk then costs at most
-about 17 times what the same document as a tree would: bounded by what the caller holds, never exponential."""
+container's, and each distinct value's elements as first decoded, counted once) made again: ``[body] * 16``, a
+batch of one parsed body sixteen times, is read in full by :func:`r3wire.loads` too, which copies every container,
+and by :func:`r3wire.formats.read_response`, which decodes its routes sixteen times, whatever the body's size. The
+walk then costs at most about 17 times what the same document as a tree would hold: bounded by what the caller
+holds, never by how often it is referenced."""
 
 EXIT: Final = ("r3wire._walk.EXIT",)
 """The marker a walker pushes below a container's children: popping it leaves that container."""

@@ -622,8 +622,9 @@ def read_response(
                     item,
                 )
     results = []
-    # One guard for the walk and the decoding: a routes value reached again (a choice in a batch ``[body] * n``,
-    # one string in two choices) is decoded again, and counts the elements its first decoding yielded.
+    # One guard for the walk and the decoding: a routes field reached again (a choice in a batch ``[body] * n``,
+    # one string in two choices) is read again, and counts what its first reading yielded: the routes' ids, and the
+    # token ids and logprobs read beside them (a shared choice's long token_ids costs as much as its routes).
     guard = Guard(body, _path)
     for found in find_routes(body, guard):
         identity = routes_identity(found)
@@ -656,10 +657,11 @@ def read_response(
             if found.key == KEY_ROUTED_EXPERTS and field.startswith(KEY_ROUTED_EXPERTS):
                 parts = parts[:-1]
             raise relocated(exc, parts) from exc
-        guard.decoded(identity, result.routes.size)
         beside = beside_routes(found, max_elements=limit)
         check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts)
         clamped = beside.logprobs
+        read_beside = (beside.token_ids, beside.prompt_token_ids, None if clamped is None else clamped.values)
+        guard.decoded(identity, result.routes.size + sum(0 if array is None else array.size for array in read_beside))
         results.append(
             dataclasses.replace(
                 result,
