@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import json
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -355,7 +355,7 @@ def test_shared_routes_values_read_like_their_json_or_are_refused_past_the_bound
         "read_response": dict(enumerate(ids)),
         "loads": {index: n for index, n in enumerate(ids) if envelopes[index]},
     }
-    readers = {
+    readers: dict[str, Callable[[Any], Any]] = {
         "read_response": lambda body: formats.read_response(body, num_layers=2, top_k=2),
         "loads": r3wire.loads,
     }
