@@ -294,6 +294,19 @@ def test_a_shared_choice_counts_the_token_ids_read_beside_its_routes_again() -> 
     assert len(formats.read_response({"choices": [choice] * 16})) == 16
 
 
+def test_empty_routes_strings_of_a_json_text_are_not_one_shared_value() -> None:
+    # CPython (and so orjson) makes every "" one object: a tree of SGLang choices with no rows is not sharing, and
+    # the token ids read beside each are their own, even when they are envelopes (a few items, many ids).
+    ids = orjson.loads(r3wire.dumps({"t": np.arange(1 << 17)}))["t"]
+    text = orjson.dumps({"choices": [{"routed_experts": "", "token_ids": ids} for _ in range(40)]})
+    results = formats.read_response(text, num_layers=1, top_k=1)
+    assert len(results) == 40
+    assert all(r.routes.shape == (0, 1, 1) for r in results)
+    with pytest.raises(DecodeError, match="shared containers and values") as info:  # one choice, 40 times
+        formats.read_response({"choices": [orjson.loads(text)["choices"][0]] * 40}, num_layers=1, top_k=1)
+    assert info.value.field == "$.choices[17].routed_experts"
+
+
 def test_a_batch_of_one_body_with_large_routes_sixteen_times_is_read_in_full() -> None:
     routes = np.zeros((SHARED_ITEMS_LIMIT // 4, 2, 2), np.uint8)
     body = {"choices": [{"routed_experts": _npy(routes), "token_ids": [1]}]}

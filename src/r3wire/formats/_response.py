@@ -207,9 +207,13 @@ def routes_identity(found: Found) -> tuple[int, int]:
     """What reading ``found`` decodes, by identity: its value and, for a value under ``routed_experts``, the
     ``routed_experts_dtype`` beside it (a bare SGLang string's element type). Two fields with the same identity
     decode to the same array; the objects are kept alive by the document for the whole walk."""
-    holder = found.holder
+    holder, value = found.holder, found.value
     dtype = None if holder is None or found.key != KEY_ROUTED_EXPERTS else holder.get(KEY_ROUTED_EXPERTS_DTYPE)
-    return id(found.value), id(dtype)
+    if holder is not None and isinstance(value, (str, bytes)) and not value:
+        # The empty string is one object wherever it is (CPython shares it; JSON text parses to it): only its
+        # holder tells one empty SGLang value from another, or a choice reached again from a tree's next choice.
+        return id(holder), id(dtype)
+    return id(value), id(dtype)
 
 
 def _enter(guard: Guard, node: object, stack: list[_Item]) -> bool:
