@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import collections
 import io
+import tracemalloc
 import types
 from pathlib import Path
 from typing import Any
@@ -211,14 +212,110 @@ def test_a_batch_of_one_large_body_sixteen_times_is_read_in_full() -> None:
 
 
 def test_a_shared_envelope_counts_the_elements_it_decodes_again() -> None:
-    routes = np.zeros((SHARED_ITEMS_LIMIT // 16, 2, 2), np.uint8)  # a quarter of the limit, decoded per place
+    # 2**18 ids, decoded once as the document's own: sixteen decodings again are within 16 times that, a
+    # seventeenth is refused where it would be made, before it is decoded.
+    routes = np.zeros((SHARED_ITEMS_LIMIT // 16, 2, 2), np.uint8)
     envelope = orjson.loads(r3wire.dumps({"routed_experts": routes}))["routed_experts"]
-    loaded = r3wire.loads({"a": [envelope] * 4})
-    assert loaded["a"][0] is not loaded["a"][3]
+    loaded = r3wire.loads({"a": [envelope] * 17})
+    assert loaded["a"][0] is not loaded["a"][16]
     assert all(np.array_equal(array, routes) for array in loaded["a"])
-    with pytest.raises(DecodeError, match="shared containers") as info:
-        r3wire.loads({"a": [envelope] * 5})  # the fourth decode again goes past the limit
-    assert info.value.field == "$.a[4]"
+    with pytest.raises(DecodeError, match="shared containers and values") as info:
+        r3wire.loads({"a": [envelope] * 18})
+    assert info.value.field == "$.a[17]"
+
+
+def test_an_envelope_past_the_fixed_bound_referenced_twice_loads_like_its_json() -> None:
+    # Review 6 D: the second reference to one envelope of more than 2**20 ids was refused, though the document
+    # is tiny and its JSON text loads. Its first decoding is the document's own, so a second is well within 16 times.
+    routes = np.arange(SHARED_ITEMS_LIMIT + 4, dtype=np.uint8).reshape(-1, 2, 2) % 128
+    envelope = r3wire.encode_routes(routes)
+    doc = {"routed_experts": envelope, "copy": envelope}
+    loaded = r3wire.loads(doc)
+    from_text = r3wire.loads(orjson.dumps(doc))
+    assert loaded["routed_experts"] is not loaded["copy"]
+    for key in doc:
+        assert np.array_equal(loaded[key], routes)
+        assert loaded[key].dtype == from_text[key].dtype
+
+
+def _routes_value(routes: np.ndarray[Any, Any], kind: str) -> dict[str, Any]:
+    """A choice's routes members in ``kind``'s wire form (SGLang with ``routed_experts_dtype`` beside it)."""
+    if kind == "sglang":
+        written = formats.write(routes, format="sglang", dtype="uint8")
+        assert isinstance(written, dict)
+        return written
+    if kind == "fireworks-r3v1":
+        pytest.importorskip("zstandard")
+    value = formats.write(routes, format=kind)
+    return {"routed_experts": value}
+
+
+@pytest.mark.parametrize("kind", ["vllm-npy", "nemo-rl", "sglang", "r3wire", "fireworks-r3v1"])
+@pytest.mark.parametrize("shared", ["choice", "value"])
+def test_a_routes_value_read_again_counts_its_elements_and_is_bounded(kind: str, shared: str) -> None:
+    # Review 6 D: read_response decoded one shared routes value once per reference (a string cost nothing, an
+    # envelope its 5 members): N times its array from a document holding it once. Now each decoding again counts
+    # the ids its first decoding yielded, before it is made: 16 are read, the 17th is refused.
+    routes = np.zeros((SHARED_ITEMS_LIMIT // 4, 2, 2), np.uint8)  # 2**20 ids, a MiB as uint8
+    members = _routes_value(routes, kind)
+    if shared == "choice":  # one choice object in every place, as [choice] * n builds it
+        choices = [{**members, "token_ids": [1]}] * 100
+    else:  # distinct choices holding one routes object
+        choices = [{**members, "token_ids": [1]} for _ in range(100)]
+    assert len(formats.read_response({"choices": choices[:17]}, num_layers=2, top_k=2)) == 17
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodeError, match="shared containers and values") as info:
+            formats.read_response({"choices": choices}, num_layers=2, top_k=2)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.field == "$.choices[17].routed_experts"
+    # 17 arrays of a MiB are held when the 18th is refused (not 100): bounded by the document's own, not by N.
+    assert peak < 24 * routes.nbytes
+
+
+def test_a_shared_choice_counts_the_token_ids_read_beside_its_routes_again() -> None:
+    # One row of routes beside 2**17 token ids: each reading again makes a MiB of int64 ids, which count with the
+    # routes (the first reading's total), so a choice shared 200 times is refused, not read into 200 MiB.
+    token_ids = list(range(1 << 17))
+    choice = {"routed_experts": _npy(np.zeros((1, 1, 1), np.uint8)), "token_ids": token_ids}
+    tracemalloc.start()
+    try:
+        with pytest.raises(DecodeError, match="shared containers and values") as info:
+            formats.read_response({"choices": [choice] * 200})
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.field is not None
+    assert info.value.field.startswith("$.choices[")
+    # The document's own counts the list's items and its first reading: about 32 readings again, never 200.
+    assert peak < 48 * 8 * len(token_ids)
+    assert len(formats.read_response({"choices": [choice] * 16})) == 16
+
+
+def test_empty_routes_strings_of_a_json_text_are_not_one_shared_value() -> None:
+    # CPython (and so orjson) makes every "" one object: a tree of SGLang choices with no rows is not sharing, and
+    # the token ids read beside each are their own, even when they are envelopes (a few items, many ids).
+    ids = orjson.loads(r3wire.dumps({"t": np.arange(1 << 17)}))["t"]
+    text = orjson.dumps({"choices": [{"routed_experts": "", "token_ids": ids} for _ in range(40)]})
+    results = formats.read_response(text, num_layers=1, top_k=1)
+    assert len(results) == 40
+    assert all(r.routes.shape == (0, 1, 1) for r in results)
+    with pytest.raises(DecodeError, match="shared containers and values") as info:  # one choice, 40 times
+        formats.read_response({"choices": [orjson.loads(text)["choices"][0]] * 40}, num_layers=1, top_k=1)
+    assert info.value.field == "$.choices[17].routed_experts"
+
+
+def test_a_batch_of_one_body_with_large_routes_sixteen_times_is_read_in_full() -> None:
+    routes = np.zeros((SHARED_ITEMS_LIMIT // 4, 2, 2), np.uint8)
+    body = {"choices": [{"routed_experts": _npy(routes), "token_ids": [1]}]}
+    results = formats.read_response([body] * 16, num_layers=2, top_k=2)
+    assert [r.path for r in results] == [f"$[{i}].choices[0].routed_experts" for i in range(16)]
+    assert all(np.array_equal(r.routes, routes) for r in results)
+    with pytest.raises(DecodeError) as info:
+        formats.read_response([body] * 18, num_layers=2, top_k=2)
+    assert info.value.field == "$[17].choices[0].routed_experts"
 
 
 def test_loads_of_a_parsed_document_leaves_it_as_it_was() -> None:

@@ -10,6 +10,20 @@ list): walking it again is allowed up to :data:`SHARED_ITEMS_LIMIT` items or :da
 document's own, whichever is more, then refused. A trainer that puts one ``token_ids`` list in two choices, or
 sends ``[body] * 16`` as a batch, stays within that.
 
+What is made again is counted in items, by one cost model for every walker. A container reached again costs its
+length. A routes value or envelope decoded again costs the elements its first decoding yielded, whatever its wire
+form (a base64 string costs its ids, not nothing; an envelope its ids, not its five members): a walker that decodes
+(:func:`r3wire.loads`, :func:`r3wire.formats.read_response`) calls :meth:`Guard.decoding` before each decoding and
+:meth:`Guard.decoded` after the first (``read_response`` counts a routes field's whole reading: its ids, and the
+token ids and logprobs it reads beside them again with it). The count is the first decoding's, not what a header
+declares: exact for every format (a zstd frame's text says nothing cheap about its size), with no header parsed
+twice, and still charged before the memory is spent again. The document's own is the items of its distinct
+containers plus the elements of each distinct value's first decoding, so the factor compares like with like. A value
+is always decoded once before it is decoded again, so its own count is there when it is charged; a value the walk
+has not decoded yet is not counted yet (never by what its header declares, which a hostile value could inflate past
+what it holds): that can only make a refusal come earlier than the whole document would allow, never let more
+through.
+
 The protocol, for a walker with an explicit stack: before pushing the first child container of a container,
 :meth:`Guard.enter` it and push :data:`EXIT` (popping it is :meth:`Guard.leave`); pass each child container to
 :meth:`Guard.child` as it is pushed, before any copy of it is made. The entered containers are then exactly the
@@ -21,7 +35,7 @@ identity to ``seen``): that keeps the cost on a tree to one set lookup and one i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Sized
 from typing import Any, Final
 
 from r3wire.errors import DecodeError
@@ -29,18 +43,21 @@ from r3wire.errors import DecodeError
 __all__ = ["EXIT", "SHARED_FACTOR", "SHARED_ITEMS_LIMIT", "Guard", "holds_any"]
 
 SHARED_ITEMS_LIMIT: Final = 1 << 20
-"""Items of shared containers a walk may visit again whatever the document's size: about a million (a second of
-walking at most, measured at ~1 µs an item in :func:`r3wire.formats.find_routes`).
+"""Items a walk may make again (walk, copy or decode) whatever the document's size: about a million (a second of
+walking at most, measured at ~1 µs an item in :func:`r3wire.formats.find_routes`; a MiB to 8 MiB of ids decoded).
 
 A count of items, not of containers: one shared list of a million ids costs a million each time it is reached
-again, and an empty one nothing. Not tied to ``max_elements``, which bounds the ids of one array (a byte each,
-in C); a walked item costs a Python step and, in :func:`r3wire.loads`, a copied container."""
+again, and an empty one nothing; a routes value decoded again costs its elements. Not tied to ``max_elements``,
+which bounds the ids of one array (a byte each, in C); a walked item costs a Python step and, in
+:func:`r3wire.loads`, a copied container."""
 
 SHARED_FACTOR: Final = 16
 """Past :data:`SHARED_ITEMS_LIMIT`, a document may still have this many times its own items (each distinct
-container counted once) walked again: ``[body] * 16``, a batch of one parsed body sixteen times, is read in full by
-:func:`r3wire.loads` too, which copies every container, whatever the body's size. The walk then costs at most
-about 17 times what the same document as a tree would: bounded by what the caller holds, never exponential."""
+container's, and each distinct value's elements as first decoded, counted once) made again: ``[body] * 16``, a
+batch of one parsed body sixteen times, is read in full by :func:`r3wire.loads` too, which copies every container,
+and by :func:`r3wire.formats.read_response`, which decodes its routes sixteen times, whatever the body's size. The
+walk then costs at most about 17 times what the same document as a tree would hold: bounded by what the caller
+holds, never by how often it is referenced."""
 
 EXIT: Final = ("r3wire._walk.EXIT",)
 """The marker a walker pushes below a container's children: popping it leaves that container."""
@@ -75,14 +92,26 @@ class Guard:
     ``render`` turns the keys and indexes from the root into the JSONPath errors are named by.
     """
 
-    __slots__ = ("_counted", "_entered", "_limit", "_on_path", "_render", "_root", "_shared", "seen")
+    __slots__ = (
+        "_decoded",
+        "_entered",
+        "_on_path",
+        "_own",
+        "_own_decoded",
+        "_render",
+        "_root",
+        "_shared",
+        "seen",
+    )
 
     def __init__(self, root: object, render: Callable[[Sequence[object]], str]) -> None:
         self._root = root
         self._render = render
-        self._limit = SHARED_ITEMS_LIMIT
-        self._counted = False
-        self._shared = 0
+        self._shared = 0  # items walked, copied or decoded again
+        self._own = -1  # the distinct containers' items, counted once the fixed limit is passed (-1: not yet)
+        # The elements each value's first decoding yielded, by the identity it is decoded from, and their sum.
+        self._decoded: dict[Hashable, int] = {}
+        self._own_decoded = 0
         self.seen = {id(root)}  # every container reached, by identity (the document keeps them all alive)
         self._on_path: set[int] = set()
         # The entered containers from the root down. Their keys are not kept (a walker's stack then needs no tuple
@@ -98,13 +127,13 @@ class Guard:
         """The last entered container's children are all walked."""
         self._on_path.discard(id(self._entered.pop()))
 
-    def child(self, item: Sized, key: object, cost: int | None = None) -> None:
-        """``item``, a container under ``key`` of the last entered one, is about to be pushed (or what is made of
-        it again costs ``cost`` items, by default its length).
+    def child(self, item: Sized, key: object) -> None:
+        """``item``, a container under ``key`` of the last entered one, is about to be pushed: reached again, its
+        items count as walked again.
 
         Raises:
             DecodeError: ``item`` is one of the entered containers (a reference cycle), or walking it again would
-                take the items walked again past the limit; the field is its JSONPath.
+                take what is made again past the limit; the field is its JSONPath.
         """
         ident = id(item)
         if ident not in self.seen:
@@ -118,18 +147,47 @@ class Guard:
                 f"a reference to its own enclosing container {self._render(self._keys(depth))}",
                 raw=True,
             )
-        self._shared += len(item) if cost is None else cost
-        if self._shared > self._limit and not self._counted:
+        self._charge(len(item), lambda: self.path(key))
+
+    def decoding(self, value: Hashable, where: Callable[[], str]) -> None:
+        """A routes value or envelope, identified by ``value`` (the identities of the objects it is decoded from),
+        is about to be decoded: decoded before, it counts the elements that first decoding yielded, before any
+        memory is spent on it again.
+
+        Raises:
+            DecodeError: decoding it again would take what is made again past the limit; the field is ``where()``.
+        """
+        elements = self._decoded.get(value)
+        if elements is not None:
+            self._charge(elements, where)
+
+    def decoded(self, value: Hashable, elements: int) -> None:
+        """``value``'s first decoding yielded ``elements``: the document's own, and the cost of each decoding
+        again."""
+        if value not in self._decoded:
+            self._decoded[value] = elements
+            self._own_decoded += elements
+
+    def _charge(self, cost: int, where: Callable[[], str]) -> None:
+        """Count ``cost`` items made again.
+
+        Raises:
+            DecodeError: past the limit; the field is ``where()``.
+        """
+        self._shared += cost
+        if self._shared <= SHARED_ITEMS_LIMIT:
+            return
+        if self._own < 0:
             # Counted once, only by a walk that got this far: a tree never pays for it.
-            self._counted = True
-            self._limit = max(self._limit, SHARED_FACTOR * _own_items(self._root))
-        if self._shared > self._limit:
+            self._own = _own_items(self._root)
+        limit = max(SHARED_ITEMS_LIMIT, SHARED_FACTOR * (self._own + self._own_decoded))
+        if self._shared > limit:
             raise DecodeError.make(
-                self.path(key),
-                f"a document whose shared containers (one object referenced from several places, which JSON text "
-                f"cannot hold) repeat at most {self._limit} items in all ({SHARED_FACTOR} times the document's own, "
-                f"or {SHARED_ITEMS_LIMIT})",
-                "more (a container referenced again and again)",
+                where(),
+                f"a document whose shared containers and values (one object referenced from several places, which "
+                f"JSON text cannot hold) repeat at most {limit} items in all ({SHARED_FACTOR} times the document's "
+                f"own, or {SHARED_ITEMS_LIMIT}; a value decoded again counts its elements)",
+                "more (a container or value referenced again and again)",
                 raw=True,
             )
 

@@ -1314,8 +1314,9 @@ def _copy_decoded(root: Any, reader: _Reader) -> tuple[Any, bool]:
 
     One walk copies and decodes (the copy and a second walk to decode cost 1.4 times as much). The copy is the tree
     the document's JSON text would parse to: a container referenced from several places is copied, and an
-    envelope decoded, once per place, up to :data:`~r3wire._walk.SHARED_ITEMS_LIMIT` items (or decoded elements)
-    made again. Envelopes are found as in :class:`_Reader`, in dict subclasses too.
+    envelope decoded, once per place, within the bound :class:`~r3wire._walk.Guard` sets (an envelope decoded again
+    counts its elements, and its first decoding counts as the document's own). Envelopes are found as in
+    :class:`_Reader`, in dict subclasses too.
 
     Raises:
         DecodeError: an envelope is malformed, the document holds a reference cycle or shares containers past that
@@ -1352,16 +1353,23 @@ def _copy_decoded(root: Any, reader: _Reader) -> tuple[Any, bool]:
                 entered = True
             ident = id(item)
             again = ident in seen
+            if isinstance(item, dict) and is_envelope(item):
+                # Decoded, never walked: reached again, it costs the elements its first decoding yielded, counted
+                # before it is decoded again (not its few members).
+                where = functools.partial(guard.path, key)
+                if again:
+                    guard.decoding(ident, where)
+                else:
+                    seen.add(ident)
+                array = node[key] = reader.decode_at(item, where)
+                if not again:
+                    guard.decoded(ident, array.size)
+                continue
             if again:
                 guard.child(item, key)  # before anything is made of it again
             else:
                 seen.add(ident)
             if isinstance(item, dict):
-                if is_envelope(item):
-                    array = node[key] = reader.decode_at(item, functools.partial(guard.path, key))
-                    if again:  # an envelope referenced again is decoded again: its elements count
-                        guard.child(item, key, array.size)
-                    continue
                 copied: Any = dict(item)
             elif isinstance(item, list):
                 copied = list(item)
@@ -1425,7 +1433,8 @@ def loads(
             ``.json()`` return), whose envelopes are decoded into a copy of its dicts, lists and tuples: a container
             referenced from several places is copied (and an envelope decoded) once per place, as its JSON text
             would parse, within the bound :class:`r3wire._walk.Guard` sets (2**20 items made again, or 16 times
-            the document's own).
+            the document's own; an envelope's elements count as items, once as the document's own and again each
+            time it is decoded again).
         num_experts: the model's expert count: every routes envelope must agree with it (ids below it, and its
             own ``num_experts`` equal when present).
         max_elements: refuse any envelope declaring more elements than this, before decoding it; the decoders'

@@ -16,7 +16,7 @@ import copy
 import dataclasses
 import json
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,11 @@ import numpy as np
 import orjson
 import pytest
 from _fuzzing import JSON_LEAVES
-from hypothesis import given
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 import r3wire
-from r3wire import R3WireError, formats
+from r3wire import R3WireError, _walk, formats
 
 pytestmark = pytest.mark.property
 
@@ -289,3 +289,91 @@ def test_nested_routes_fields_give_r3wire_error_at_any_depth(depth: int, inner: 
             formats.read_response(doc, num_layers=1, top_k=1)
         if outer == "routed_experts":
             assert info.value.field == "$.choices[0].routed_experts.routed_experts"
+
+
+# Routes values in the forms read_response reads (strings of three formats, an envelope under any key) and the
+# ids they decode to, [rows, 2, 2]: up to 256 ids, so 16 times the document's own is passed within 40 references.
+ROUTES_FORMATS = ("vllm-npy", "nemo-rl", "sglang", "r3wire")
+SMALL_LIMIT = 64
+
+
+def _distinct_items(doc: Any) -> int:
+    """The items of each distinct dict and list of ``doc`` (what the document holds once)."""
+    seen: set[int] = set()
+    stack, total = [doc], 0
+    while stack:
+        node = stack.pop()
+        if not isinstance(node, (dict, list)) or id(node) in seen:
+            continue
+        seen.add(id(node))
+        total += len(node)
+        stack.extend(node.values() if isinstance(node, dict) else node)
+    return total
+
+
+@given(
+    st.data(),
+    st.lists(
+        st.tuples(st.sampled_from(ROUTES_FORMATS), st.integers(0, 64), st.integers(0, 40)), min_size=1, max_size=3
+    ),
+)
+def test_shared_routes_values_read_like_their_json_or_are_refused_past_the_bound(
+    data: st.DataObject, values: list[tuple[str, int, int]]
+) -> None:
+    """Each routes value once in a choice of its own, then referenced again its drawn number of times, in a drawn
+    order: by the same choice object, or by a new choice holding the same value object. read_response and loads give
+    what the JSON text gives, unless what they decode or walk again passes the documented bound (2**20, lowered
+    here, or 16 times the document's own: its distinct containers' items and the ids of the distinct values decoded
+    so far): then a DecodeError at a reference past it, never anything else.
+
+    read_response decodes in document order, every value's first reference here before any other: the bound is
+    exact. loads walks in an order of its own: a value decoded again has been decoded once before (so its own ids
+    always count), the others may not have been yet, so it is refused only past 16 times the document's containers
+    and the values it decodes again, and always past 16 times the whole document's own."""
+    rng = np.random.default_rng(len(values))
+    choices: list[dict[str, Any]] = []
+    ids: list[int] = []  # each value's decoded ids
+    envelopes: list[bool] = []
+    for kind, rows, _ in values:
+        routes = rng.integers(0, 100, size=(rows, 2, 2), dtype=np.uint8)
+        value = formats.write(routes, format=kind)
+        choices.append({"routed_experts": value})
+        ids.append(routes.size)
+        envelopes.append(isinstance(value, dict))
+    references = [index for index, (_, _, times) in enumerate(values) for _ in range(times)]
+    again = data.draw(st.permutations(references))
+    made_again = {"read_response": 0, "loads": 0}
+    for index in again:
+        same_choice = data.draw(st.booleans())
+        choices.append(choices[index] if same_choice else {"routed_experts": choices[index]["routed_experts"]})
+        made_again["read_response"] += int(same_choice) + ids[index]  # the choice's one member, the value's ids
+        made_again["loads"] += int(same_choice) + (ids[index] if envelopes[index] else 0)  # decodes envelopes only
+    doc = {"choices": choices}
+    text = orjson.dumps(doc)
+    own = _distinct_items(doc)
+    decoded = {  # the ids of the values each reader decodes
+        "read_response": dict(enumerate(ids)),
+        "loads": {index: n for index, n in enumerate(ids) if envelopes[index]},
+    }
+    readers: dict[str, Callable[[Any], Any]] = {
+        "read_response": lambda body: formats.read_response(body, num_layers=2, top_k=2),
+        "loads": r3wire.loads,
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(_walk, "SHARED_ITEMS_LIMIT", SMALL_LIMIT)
+        for name, read in readers.items():
+            whole = max(SMALL_LIMIT, _walk.SHARED_FACTOR * (own + sum(decoded[name].values())))
+            again_ids = sum(n for index, n in decoded[name].items() if index in again)
+            least = max(SMALL_LIMIT, _walk.SHARED_FACTOR * (own + again_ids))
+            got = _outcome(lambda: read(doc))  # noqa: B023 (called at once)
+            refused = got[0] == "DecodeError" and "shared containers and values" in got[1]
+            event(f"{name}: {'refused' if refused else 'read'}")
+            if made_again[name] > whole:
+                assert refused, got
+            if refused:
+                assert made_again[name] > (whole if name == "read_response" else least)
+                assert got[1].startswith("$.choices[")
+            elif name == "loads":
+                _same_document(got, _outcome(lambda: r3wire.loads(text)))
+            else:
+                _same_outcome(got, _outcome(lambda: formats.read_response(text, num_layers=2, top_k=2)))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal, overload
@@ -26,6 +27,7 @@ import numpy as np
 from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
 from r3wire._validate import check_int, check_shape, optional_max_elements, plain_str
+from r3wire._walk import Guard
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.formats._common import (
     MISSING_ROUTE,
@@ -74,6 +76,7 @@ from r3wire.formats._response import (
     check_call_fits,
     find_routes,
     relocated,
+    routes_identity,
 )
 from r3wire.formats._sglang import SGLANG_DTYPES, read_sglang, write_sglang
 from r3wire.response import _as_text, _path
@@ -654,7 +657,13 @@ def read_response(
                     item,
                 )
     results = []
-    for found in find_routes(body):
+    # One guard for the walk and the decoding: a routes field reached again (a choice in a batch ``[body] * n``,
+    # one string in two choices) is read again, and counts what its first reading yielded: the routes' ids, and the
+    # token ids and logprobs read beside them (a shared choice's long token_ids costs as much as its routes).
+    guard = Guard(body, _path)
+    for found in find_routes(body, guard):
+        identity = routes_identity(found)
+        guard.decoding(identity, functools.partial(_path, found.parts))
         if found.key == KEY_ROUTED_EXPERTS:
             # Keep routed_experts_dtype beside a bare SGLang string; any other value is read by itself.
             holder = found.holder  # the object whose member the routes key is
@@ -681,6 +690,8 @@ def read_response(
         beside = beside_routes(found, max_elements=limit)
         check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts)
         clamped = beside.logprobs
+        read_beside = (beside.token_ids, beside.prompt_token_ids, None if clamped is None else clamped.values)
+        guard.decoded(identity, result.routes.size + sum(0 if array is None else array.size for array in read_beside))
         results.append(
             dataclasses.replace(
                 result,

@@ -34,7 +34,16 @@ from r3wire.logprobs import (
 from r3wire.response import _path, _relocate
 from r3wire.schema import ARRAY_SCHEMA, KEY_SCHEMA, LOGPROBS_SCHEMA, ROUTES_SCHEMA
 
-__all__ = ["ROUTES_FIELDS", "Beside", "Found", "beside_routes", "check_call_fits", "find_routes", "relocated"]
+__all__ = [
+    "ROUTES_FIELDS",
+    "Beside",
+    "Found",
+    "beside_routes",
+    "check_call_fits",
+    "find_routes",
+    "relocated",
+    "routes_identity",
+]
 
 KEY_ROUTED_EXPERTS: Final = "routed_experts"
 KEY_ROUTED_EXPERTS_DTYPE: Final = "routed_experts_dtype"
@@ -133,8 +142,11 @@ def _is_routes_envelope(node: Mapping[str, Any]) -> bool:
     return type(schema) is str and schema == ROUTES_SCHEMA.name
 
 
-def find_routes(root: object) -> Iterator[Found]:
+def find_routes(root: object, guard: Guard | None = None) -> Iterator[Found]:
     """Every routes field of ``root`` in document order (the routes values themselves are not entered).
+
+    ``guard`` is the walk's :class:`r3wire._walk.Guard` (made for ``root`` with :func:`r3wire.response._path`), for a
+    caller that decodes what is found and counts it there (:func:`routes_identity`); a new one by default.
 
     Raises:
         DecodeError: ``root`` (a document built in process) holds a reference cycle, or shares containers past
@@ -143,7 +155,8 @@ def find_routes(root: object) -> Iterator[Found]:
     # An explicit stack (parsed bodies may nest deeper than the recursion limit), pushed in reverse so items come
     # off it in document order; a routes field is an item of its own so it keeps its place among its siblings.
     stack: list[_Item] = [(False, root, None, None, None, None)]
-    guard = Guard(root, _path)
+    if guard is None:
+        guard = Guard(root, _path)
     while stack:
         entry = stack.pop()
         if entry is _EXIT:
@@ -185,6 +198,19 @@ def find_routes(root: object) -> Iterator[Found]:
         else:
             continue
         stack.extend(reversed(children))
+
+
+def routes_identity(found: Found) -> tuple[int, int]:
+    """What reading ``found`` decodes, by identity: its value and, for a value under ``routed_experts``, the
+    ``routed_experts_dtype`` beside it (a bare SGLang string's element type). Two fields with the same identity
+    decode to the same array; the objects are kept alive by the document for the whole walk."""
+    holder, value = found.holder, found.value
+    dtype = None if holder is None or found.key != KEY_ROUTED_EXPERTS else holder.get(KEY_ROUTED_EXPERTS_DTYPE)
+    if holder is not None and isinstance(value, (str, bytes)) and not value:
+        # The empty string is one object wherever it is (CPython shares it; JSON text parses to it): only its
+        # holder tells one empty SGLang value from another, or a choice reached again from a tree's next choice.
+        return id(holder), id(dtype)
+    return id(value), id(dtype)
 
 
 def _enter(guard: Guard, node: object, stack: list[_Item]) -> bool:
