@@ -3,6 +3,7 @@ element of the routes it holds (``<path>[row, layer, slot]``), never a name inte
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path
 from typing import Any
@@ -97,3 +98,22 @@ def test_the_keys_not_searched_for_routes_are_the_documented_ones_in_python_and_
     for key in sorted(documented):
         assert read_response({"choices": [{"index": 0, key: {"routed_experts": envelope}}]}) == []
     assert len(read_response({"choices": [{"index": 0, "other": {"routed_experts": envelope}}]})) == 1
+
+
+def test_an_entry_of_an_encoded_header_is_said_in_the_message_never_taken_for_an_element() -> None:
+    npy = write(ROUTES.astype(np.uint8), "vllm-npy")
+    text = base64.b64decode(npy).replace(b"(3, 2, 2)", b"(3, -2, 2)")
+    body = {"choices": [{"routed_experts": base64.b64encode(text).decode()}]}
+    with pytest.raises(R3WireError) as caught:
+        read_response(body)
+    assert caught.value.field == "$.choices[0].routed_experts"
+    assert "(its npy header.shape[1])" in str(caught.value)
+
+
+def test_a_member_the_routes_object_lacks_is_named_in_the_message() -> None:
+    envelope = write(ROUTES.astype(np.uint8), "r3wire")  # detected by its schema, data or not
+    del envelope["data"]
+    with pytest.raises(R3WireError) as caught:
+        read_response({"choices": [{"routed_experts": envelope}]})
+    assert caught.value.field == "$.choices[0].routed_experts"
+    assert "(its data)" in str(caught.value)

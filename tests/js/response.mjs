@@ -27,6 +27,7 @@ import {
   isPlainObject,
   parseInput,
   reject,
+  show,
 } from "./r3wire.mjs";
 
 export class NeedsZstd extends Error {}
@@ -183,8 +184,8 @@ const DECODED_NAMES = new Set(["routes", "data", "matrix"]);
  * formats.md, "Errors": a reader's error placed at the JSONPath of the routes value at `path`. Members of an object
  * value stay; the SGLang and vLLM readers' own name `routed_experts` is the value itself (`wrapped`: the value was
  * read as the routed_experts member of its holder, whose routed_experts_dtype is the holder's member); an index
- * into the value or the array it decodes to follows the path; any other part of an encoded string is said in the
- * message, `(its npy header.shape)`.
+ * into the value or the array it decodes to follows the path; any other part of an encoded string, with its own
+ * index, and a member an object value lacks, are said in the message: `(its npy header.shape[1])`, `(its data)`.
  */
 function placed(error, path, value, wrapped) {
   let field = error.field ?? "";
@@ -201,12 +202,17 @@ function placed(error, path, value, wrapped) {
   const dot = head.indexOf(".");
   const member = dot < 0 ? head : head.slice(0, dot);
   let where = path;
-  if (isPlainObject(value) && Object.hasOwn(value, member)) {
+  let inside = !isPlainObject(value); // what the reader names is inside an encoded string
+  if (!inside && Object.hasOwn(value, member)) {
     if (typeof value[member] !== "string") return moved(path, head + index); // a member holding JSON: a real path
     where = `${path}.${member}`; // a string member (data): what follows is inside the string
     head = dot < 0 ? "" : head.slice(dot + 1);
+    inside = true;
   }
-  if (head !== "" && !DECODED_NAMES.has(head)) return moved(where, null, `${error.expected} (its ${head}${index})`);
+  // A member an object value lacks is named (data too); the decoded array's own name inside a string is not.
+  if (head !== "" && (!DECODED_NAMES.has(head) || !inside)) {
+    return moved(where, null, `${error.expected} (its ${head}${index})`);
+  }
   return moved(where, index);
 }
 
@@ -359,7 +365,7 @@ function aligned(ids, idsRaw, lp, sampled, prompt, promptRaw) {
       const given = entry[1];
       const want = ids[i];
       if (!(given instanceof JsonNumber && given.isInteger() && given.toBigInt() === want)) {
-        throw new DecodeError(`${where}[${skip + i}][1]`, `the token id at ${idsRaw[2]}[${i}] (${want})`, String(given));
+        throw new DecodeError(`${where}[${skip + i}][1]`, `the token id at ${idsRaw[2]}[${i}] (${want})`, show(given));
       }
     }
   }

@@ -537,10 +537,11 @@ def _placed(error: R3WireError, parts: tuple[object, ...], value: object, *, wra
 
     Readers name fields relative to their value: members of an object value (``shape``, ``data``), and parts that
     are not JSON members: an element of the decoded routes (``data[0, 1, 2]``, ``routes[0, 1, 2]``), a piece of an
-    encoded string (``npy header.shape``, ``matrix``), or the SGLang reader's own ``routed_experts``. Only real
-    members stay in the path; an element becomes ``<path>[0, 1, 2]`` and any other part moves into ``expected``,
-    so the field is always a location in the body. ``wrapped``: the value was read as the ``routed_experts``
-    member of an object holding the holder's ``routed_experts_dtype`` too (a member of the holder).
+    encoded string (``npy header.shape``, ``npy header.shape[1]``, ``matrix``), or the SGLang reader's own
+    ``routed_experts``. Only real members stay in the path; an element becomes ``<path>[0, 1, 2]`` and any other
+    part, with its index, moves into ``expected`` (as does a member the object value lacks), so the field is always
+    a location in the body. ``wrapped``: the value was read as the ``routed_experts`` member of an object holding
+    the holder's ``routed_experts_dtype`` too (a member of the holder).
     """
     field = error.field or ""
     if wrapped and (field.startswith(KEY_ROUTED_EXPERTS_DTYPE) or error.expected is None or error.got is None):
@@ -552,15 +553,20 @@ def _placed(error: R3WireError, parts: tuple[object, ...], value: object, *, wra
     head, bracket, index = field.partition("[")
     head = head.strip(".")
     member, _, inner = head.partition(".")
+    inside = not isinstance(value, Mapping)  # what the reader names is inside an encoded string
     if isinstance(value, Mapping) and member in value:
         if not isinstance(value[member], str):
             # A member holding JSON (shape, start, a nested object): the field is a real path.
             return relocated(type(error).make(head + bracket + index, error.expected, error.got, raw=True), parts)
-        parts, head = (*parts, member), inner  # a string member (data): what follows is inside the string
+        parts, head, inside = (*parts, member), inner, True  # a string member (data): what follows is inside it
+    if head and (head not in _DECODED_NAMES or not inside):
+        # A part inside the string, its own index included (``npy header.shape[1]`` is a header entry, not an
+        # element of the routes), or a member the object value lacks (``data`` too): said in the message, the
+        # field stays the value. The decoded array's own name inside a string says nothing the path does not.
+        expected = f"{error.expected} (its {head}{bracket}{index})"
+        return relocated(type(error).make(None, expected, error.got, raw=True), parts)
     # An element index, or the name a reader gives the decoded array itself, says nothing the path does not.
-    named = head and not bracket and head not in _DECODED_NAMES
-    expected = f"{error.expected} (its {head})" if named else error.expected
-    return relocated(type(error).make(bracket + index or None, expected, error.got, raw=True), parts)
+    return relocated(type(error).make(bracket + index or None, error.expected, error.got, raw=True), parts)
 
 
 def read_response(
