@@ -177,6 +177,33 @@ function detect(payload, hasShape) {
   return [format, payload];
 }
 
+// A key written `.key` in a JSONPath; any other as a JSON string, `["a b"]` (formats.md, "Errors").
+const IDENTIFIER = /^[\p{XID_Start}_]\p{XID_Continue}*$/u;
+const MAX_KEY = 64;
+const MAX_PARTS = 32;
+
+/** One key of a JSONPath; in an error (not `exact`) a key over 64 characters is cut, its length said. */
+function keyStep(key, exact = false) {
+  const chars = [...key];
+  if (!exact && chars.length > MAX_KEY) {
+    return `[${JSON.stringify(`${chars.slice(0, MAX_KEY - 3).join("")}...`)} (${chars.length} characters)]`;
+  }
+  return IDENTIFIER.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`;
+}
+
+/** The JSONPath of `parts` (keys and list indices); in an error a path over 32 parts keeps its first and last 16. */
+function jsonPath(parts, exact = false) {
+  let shown = parts;
+  if (!exact && parts.length > MAX_PARTS) {
+    const half = MAX_PARTS / 2;
+    shown = [...parts.slice(0, half), { elided: parts.length - 2 * half }, ...parts.slice(-half)];
+  }
+  const steps = shown.map((part) =>
+    typeof part === "number" ? `[${part}]` : typeof part === "string" ? keyStep(part, exact) : `...(${part.elided} more)`,
+  );
+  return `$${steps.join("")}`;
+}
+
 // What format readers call the routes array they decode from a value: a field with only this name is the value.
 const DECODED_NAMES = new Set(["routes", "data", "matrix"]);
 
@@ -187,13 +214,14 @@ const DECODED_NAMES = new Set(["routes", "data", "matrix"]);
  * into the value or the array it decodes to follows the path; any other part of an encoded string, with its own
  * index, and a member an object value lacks, are said in the message: `(its npy header.shape[1])`, `(its data)`.
  */
-function placed(error, path, value, wrapped) {
+function placed(error, parts, value, wrapped) {
+  const path = jsonPath(parts);
   let field = error.field ?? "";
   const moved = (where, f, expected = error.expected) => {
     const located = f === null || f === "" ? where : f.startsWith("[") ? `${where}${f}` : `${where}.${f}`;
     return new DecodeError(located, expected, error.got, { unsupportedVersion: error.unsupportedVersion });
   };
-  if (wrapped && field.startsWith(ROUTED_EXPERTS_DTYPE)) return moved(path.slice(0, path.lastIndexOf(".")), field);
+  if (wrapped && field.startsWith(ROUTED_EXPERTS_DTYPE)) return moved(jsonPath(parts.slice(0, -1)), field);
   if ((wrapped || !isPlainObject(value)) && field.startsWith(ROUTED_EXPERTS)) field = field.slice(ROUTED_EXPERTS.length);
   if (error.unsupportedVersion) return moved(path, error.field);
   const bracket = field.indexOf("[");
@@ -205,7 +233,7 @@ function placed(error, path, value, wrapped) {
   let inside = !isPlainObject(value); // what the reader names is inside an encoded string
   if (!inside && Object.hasOwn(value, member)) {
     if (typeof value[member] !== "string") return moved(path, head + index); // a member holding JSON: a real path
-    where = `${path}.${member}`; // a string member (data): what follows is inside the string
+    where = jsonPath([...parts, member]); // a string member (data): what follows is inside the string
     head = dot < 0 ? "" : head.slice(dot + 1);
     inside = true;
   }
@@ -331,7 +359,7 @@ function nearLogprobs(chain, paths, maxElements) {
   for (let i = chain.length - 1; i >= 0; i--) {
     for (const key of LOGPROB_KEYS) {
       if (!Object.hasOwn(chain[i], key) || chain[i][key] === null) continue;
-      const where = `${paths[i]}.${key}`;
+      const where = jsonPath([...paths[i], key]);
       const read = at(where, () => logprobs(key, chain[i][key], maxElements));
       if (read !== null) return [[key, chain[i][key], where], read];
     }
@@ -372,12 +400,12 @@ function aligned(ids, idsRaw, lp, sampled, prompt, promptRaw) {
   return { values: sampled.values.slice(skip), clamped: sampled.missing.slice(skip).filter(Boolean).length };
 }
 
-/** The first of `keys` (non-null) in the objects of `chain`, nearest first: [key, value, path of the object]. */
+/** The first of `keys` (non-null) in the objects of `chain`, nearest first: [key, value, its path, the object]. */
 function beside(chain, paths, keys) {
   for (let i = chain.length - 1; i >= 0; i--) {
     for (const key of keys) {
       if (Object.hasOwn(chain[i], key) && chain[i][key] !== null) {
-        return [key, chain[i][key], `${paths[i]}.${key}`, chain[i]];
+        return [key, chain[i][key], jsonPath([...paths[i], key]), chain[i]];
       }
     }
   }
@@ -400,7 +428,8 @@ export function readResponse(input, options = {}) {
   const hasShape = options.numLayers != null && options.topK != null;
   // `key`: the routes key the value is under (null for an r3wire.routes envelope under another key); `holder`: the
   // object holding it (null for an envelope at the root or in a list).
-  const read = (value, path, key, holder, chain, paths, outer) => {
+  const read = (value, parts, key, holder, chain, paths, outer) => {
+    const path = jsonPath(parts);
     // A routed_experts value is read with the routed_experts_dtype beside it (SGLang); any other by itself.
     const wrapped = key === ROUTED_EXPERTS && holder !== null;
     const kept = [ROUTED_EXPERTS, ROUTED_EXPERTS_DTYPE].filter((k) => Object.hasOwn(holder ?? {}, k));
@@ -414,7 +443,7 @@ export function readResponse(input, options = {}) {
       if (reader === null) throw new NeedsZstd(`${path}: ${format} is zstd-compressed`);
       result = reader(target, { ...options, dtype: format === "sglang" ? options.dtype : undefined });
     } catch (error) {
-      throw error instanceof DecodeError ? placed(error, path, value, wrapped) : error;
+      throw error instanceof DecodeError ? placed(error, parts, value, wrapped) : error;
     }
     const ids = beside(chain, paths, TOKEN_KEYS);
     const promptRaw = beside(chain, paths, PROMPT_KEYS) ?? beside(outer.chain, outer.paths, PROMPT_KEYS);
@@ -438,7 +467,7 @@ export function readResponse(input, options = {}) {
     }
     results.push({
       ...result,
-      path,
+      path: jsonPath(parts, true),
       format,
       tokenIds: tokens,
       promptTokenIds: prompt,
@@ -446,23 +475,23 @@ export function readResponse(input, options = {}) {
       numClamped: sampled === null ? 0 : sampled.clamped,
     });
   };
-  // `chain`: the objects from the enclosing list item (or the root) down to this one; `paths`: their JSONPaths.
-  const walk = (node, path, chain, paths, outer) => {
+  // `chain`: the objects from the enclosing list item (or the root) down to this one; `paths`: their paths (parts).
+  const walk = (node, parts, chain, paths, outer) => {
     if (Array.isArray(node)) {
       const shared = chain.length > 0 ? { chain, paths } : outer;
-      node.forEach((item, i) => walk(item, `${path}[${i}]`, [], [], shared));
+      node.forEach((item, i) => walk(item, [...parts, i], [], [], shared));
       return;
     }
     if (!isPlainObject(node)) return;
     const here = [...chain, node];
-    const herePaths = [...paths, path];
+    const herePaths = [...paths, parts];
     if (node.schema === "r3wire.routes") {
       // An envelope under a key that is not a routes key, or the body itself: still routes (formats.md, "Where").
-      read(node, path, null, chain.length > 0 ? chain[chain.length - 1] : null, chain, paths, outer);
+      read(node, parts, null, chain.length > 0 ? chain[chain.length - 1] : null, chain, paths, outer);
       return;
     }
     for (const key of Object.keys(node)) {
-      const child = `${path}.${key}`;
+      const child = [...parts, key];
       if (ROUTE_KEYS.has(key)) {
         if (node[key] !== null) read(node[key], child, key, node, here, herePaths, outer);
       } else if (!NOT_SEARCHED.has(key)) {
@@ -470,6 +499,6 @@ export function readResponse(input, options = {}) {
       }
     }
   };
-  walk(body, "$", [], [], { chain: [], paths: [] });
+  walk(body, [], [], [], { chain: [], paths: [] });
   return results;
 }
