@@ -67,7 +67,7 @@ function checkMembers(payload, required, optional) {
  * What every format's result must satisfy, checked after the format's own rules (formats.md, "Rules every reader
  * follows"): at least one layer and one slot (`shape[1]`, `shape[2]`), then the caller's model (`shape`).
  */
-function finish(read) {
+export function finish(read) {
   return (input, options = {}) => {
     const result = read(input, options);
     for (const axis of [1, 2]) {

@@ -9,6 +9,7 @@
 
 import { JsonNumber } from "./json.mjs";
 import {
+  finish,
   readFireworksMatrices,
   readJsonLists,
   readNemoRl,
@@ -60,8 +61,9 @@ const ROUTED_EXPERTS_DTYPE = "routed_experts_dtype";
 const PRIME_DTYPES = ["uint8", "uint16", "int16", "int32"];
 const SKYRL_DTYPES = ["uint8", "int16", "int32"];
 const READERS = {
-  r3wire: (v, o) => decodeRoutes(v, o),
-  skyrl: (v, o) => decodeRoutes(v, { ...o, seedOnly: true }),
+  // Every format's result is held to the caller's num_layers / top_k (formats.md, "The caller's model").
+  r3wire: finish((v, o) => decodeRoutes(v, o)),
+  skyrl: finish((v, o) => decodeRoutes(v, { ...o, seedOnly: true })),
   "prime-rl": readPrimeRl,
   "prime-rl-b85": readPrimeRlB85,
   sglang: readSglang,
