@@ -117,3 +117,13 @@ def test_a_member_the_routes_object_lacks_is_named_in_the_message() -> None:
         read_response({"choices": [{"routed_experts": envelope}]})
     assert caught.value.field == "$.choices[0].routed_experts"
     assert "(its data)" in str(caught.value)
+
+
+@pytest.mark.parametrize("key", ["routed_experts", "routing_matrices", "envelope"])
+def test_an_envelope_with_a_stray_routed_experts_member_is_refused_never_read_for_that_member(key: str) -> None:
+    envelope = write(ROUTES.astype(np.uint8), "r3wire")
+    stray = {**envelope, "routed_experts": dict(envelope)}  # the member alone would read as valid routes
+    with pytest.raises(R3WireError) as caught:
+        read_response({"choices": [{key: stray}]})
+    where = "routed_experts.routed_experts" if key == "routed_experts" else key
+    assert caught.value.field == f"$.choices[0].{where}"

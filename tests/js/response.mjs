@@ -113,14 +113,13 @@ function detectList(value) {
 /** An object by its keys; `nested`: it is itself the value of a routed_experts field. Returns [format, value]. */
 function detectObject(value, hasShape, nested) {
   const has = (k) => Object.hasOwn(value, k);
+  // formats.md, "Which format": a routed_experts value never holds routed_experts again, whatever else it holds.
+  if (nested && has(ROUTED_EXPERTS)) {
+    reject(`${ROUTED_EXPERTS}.${ROUTED_EXPERTS}`, "absent: a routes value holds the routes itself", Object.keys(value));
+  }
   if (has("schema") || has("version")) return ["r3wire", value];
   if (has("manifest")) return ["fireworks-trace", value];
-  if (has(ROUTED_EXPERTS)) {
-    if (nested) {
-      reject(`${ROUTED_EXPERTS}.${ROUTED_EXPERTS}`, "absent: a routes value holds the routes itself", Object.keys(value));
-    }
-    return detectHeld(value, hasShape);
-  }
+  if (has(ROUTED_EXPERTS)) return detectHeld(value, hasShape);
   if (has("data") && has("shape")) {
     if (has("start")) return ["prime-rl", value];
     if (has("dtype")) {

@@ -234,20 +234,21 @@ def _positive(value: int | None, field: str) -> int | None:
 
 def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool, *, nested: bool = False) -> tuple[str, object]:
     """``nested``: ``obj`` is itself the value of a ``routed_experts`` field."""
+    if nested and KEY_ROUTED_EXPERTS in obj:
+        # No engine nests a routes field in a routes field (docs/formats.md, "Whole responses"): refused here,
+        # whatever else the object holds (an envelope's schema too), not unwrapped level after level, which
+        # recursed once per level into a RecursionError on 6 KB of JSON.
+        raise DecodeError.make(
+            f"{KEY_ROUTED_EXPERTS}.{KEY_ROUTED_EXPERTS}",
+            "absent: a routes value holds the routes itself, never another routed_experts field",
+            f"an object with keys {sorted(describe(k)[:20] for k in list(obj)[:8])}",
+            raw=True,
+        )
     if KEY_SCHEMA in obj or KEY_VERSION in obj:
         return "r3wire", obj
     if KEY_MANIFEST in obj:
         return "fireworks-trace", obj
     if KEY_ROUTED_EXPERTS in obj:
-        if nested:
-            # No engine nests a routes field in a routes field (docs/formats.md, "Whole responses"): refused here,
-            # not unwrapped level after level, which recursed once per level into a RecursionError on 6 KB of JSON.
-            raise DecodeError.make(
-                f"{KEY_ROUTED_EXPERTS}.{KEY_ROUTED_EXPERTS}",
-                "absent: a routes value holds the routes itself, never another routed_experts field",
-                f"an object with keys {sorted(describe(k)[:20] for k in list(obj)[:8])}",
-                raw=True,
-            )
         return _detect_routed_experts_field(obj, has_shape)
     if KEY_DATA in obj and KEY_SHAPE in obj:
         if "start" in obj:
@@ -512,6 +513,12 @@ def read(
         payload = payload[KEY_ROUTED_EXPERTS]  # a choice or message holding the value: read the value
     if dtype is not None and name != "sglang":
         raise R3WireError.make("dtype", f"None ({name} carries its dtype; only sglang's bare string needs one)", dtype)
+    return _read_as(name, payload, opts)
+
+
+def _read_as(name: str, payload: object, opts: ReadOptions) -> ReadResult:
+    """``payload`` read by the reader of format ``name`` as it is (never unwrapped), then held to what every format
+    holds and to the caller's model."""
     result = _READERS[name](payload, opts)
     # Every format holds routes: at least one layer and one slot (docs/wire-format.md §6), as decode_routes.
     for axis in (1, 2):
@@ -632,9 +639,9 @@ def read_response(
     limit = optional_max_elements(max_elements)
     # Arguments are checked once, here: a bad one is the caller's, not a field of the body (no path), and a body
     # without routes does not let it pass unnoticed.
-    _positive(num_layers, "num_layers")
-    _positive(top_k, "top_k")
-    optional_num_experts(num_experts)
+    layers = _positive(num_layers, "num_layers")
+    slots = _positive(top_k, "top_k")
+    experts = optional_num_experts(num_experts)
     sglang_dtype = _sglang_dtype(dtype)
     has_shape = num_layers is not None and top_k is not None
     if not isinstance(body, (Mapping, list, tuple)):
@@ -673,15 +680,16 @@ def read_response(
             payload = found.value
         try:
             name, value = _detect(payload, has_shape=has_shape)
-            result = read(
-                value,
-                name,  # a format name _detect chose
-                num_layers=num_layers,
-                top_k=top_k,
-                num_experts=num_experts,
-                max_elements=max_elements,
+            # The value _detect chose, read as it is: read() would take an object holding routed_experts (an
+            # envelope with a stray member) for a choice and read that member instead.
+            opts = ReadOptions(
+                num_layers=layers,
+                top_k=slots,
                 dtype=sglang_dtype if name == "sglang" else None,
+                num_experts=experts,
+                max_elements=limit,
             )
+            result = _read_as(name, value, opts)
         except R3WireError as exc:
             raise _placed(exc, found.parts, found.value, wrapped=payload is not found.value) from exc
         beside = beside_routes(found, max_elements=limit)
