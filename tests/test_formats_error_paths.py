@@ -4,6 +4,7 @@ element of the routes it holds (``<path>[row, layer, slot]``), never a name inte
 from __future__ import annotations
 
 import base64
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from r3wire import R3WireError
+from r3wire import DecodeError, R3WireError
 from r3wire.formats import _response, read_response, write
 
 ROUTES = (np.arange(12).reshape(3, 2, 2) % 5).astype(np.int32)
+# Language-neutral cases of these rules, run by the JavaScript reference too (tests/js/run_vectors.mjs).
+ERROR_CASES: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "vectors" / "response-errors-v1.json").read_text(encoding="utf-8")
+)["cases"]
 FORMATS = [
     "r3wire",
     "skyrl",
@@ -127,3 +132,31 @@ def test_an_envelope_with_a_stray_routed_experts_member_is_refused_never_read_fo
         read_response({"choices": [{key: stray}]})
     where = "routed_experts.routed_experts" if key == "routed_experts" else key
     assert caught.value.field == f"$.choices[0].{where}"
+
+
+@pytest.mark.parametrize("case", ERROR_CASES, ids=[c["name"] for c in ERROR_CASES])
+@pytest.mark.parametrize("as_text", [False, True])
+def test_the_error_vectors_name_the_location_in_the_body_or_read_to_their_results(
+    case: dict[str, Any], as_text: bool
+) -> None:
+    body = json.dumps(case["body"]) if as_text else case["body"]
+    if case.get("verdict") == "reject":
+        with pytest.raises(DecodeError) as caught:
+            read_response(body, **case["read_args"])
+        assert caught.value.field == case["field"]
+        assert str(caught.value).startswith(f"{case['field']} must be ")  # the wording is the vector's to read
+        return
+    results = read_response(body, **case["read_args"])
+    got = [
+        {
+            "path": r.path,
+            "format": r.format,
+            "dtype": str(r.routes.dtype),
+            "values": r.routes.tolist(),
+            "token_ids": None if r.token_ids is None else r.token_ids.tolist(),
+            "logprobs": None if r.logprobs is None else r.logprobs.tolist(),
+            "num_clamped": r.num_clamped,
+        }
+        for r in results
+    ]
+    assert got == case["results"]
