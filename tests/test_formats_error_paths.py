@@ -124,14 +124,21 @@ def test_a_member_the_routes_object_lacks_is_named_in_the_message() -> None:
     assert "(its data)" in str(caught.value)
 
 
-@pytest.mark.parametrize("key", ["routed_experts", "routing_matrices", "envelope"])
-def test_an_envelope_with_a_stray_routed_experts_member_is_refused_never_read_for_that_member(key: str) -> None:
-    envelope = write(ROUTES.astype(np.uint8), "r3wire")
-    stray = {**envelope, "routed_experts": dict(envelope)}  # the member alone would read as valid routes
+_ROUTES_KEYS = ["routed_experts", "routing_matrices", "router_replay"]
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [(name, key) for name in ("r3wire", "skyrl", "prime-rl", "prime-rl-b85") for key in _ROUTES_KEYS]
+    + [("r3wire", "envelope")],  # only r3wire envelopes are routes under any key
+)
+def test_a_routes_object_with_a_stray_routed_experts_member_is_refused_never_read_for_it(name: str, key: str) -> None:
+    value = write(ROUTES.astype(np.uint8), name)
+    assert isinstance(value, dict)
+    stray = {**value, "routed_experts": write(ROUTES.astype(np.uint8), "r3wire")}  # alone, valid routes
     with pytest.raises(R3WireError) as caught:
         read_response({"choices": [{key: stray}]})
-    where = "routed_experts.routed_experts" if key == "routed_experts" else key
-    assert caught.value.field == f"$.choices[0].{where}"
+    assert caught.value.field == f"$.choices[0].{key}.routed_experts"
 
 
 @pytest.mark.parametrize("case", ERROR_CASES, ids=[c["name"] for c in ERROR_CASES])

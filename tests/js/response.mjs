@@ -110,12 +110,14 @@ function detectList(value) {
   return reject(null, "nested lists of expert ids or base64 matrices and nulls (an empty list is either)", value);
 }
 
-/** An object by its keys; `nested`: it is itself the value of a routed_experts field. Returns [format, value]. */
+/**
+ * An object by its keys. `nested`: it is itself a routes value, and this is the field naming a routed_experts member
+ * of it (refused: formats.md, "Which format"), else null. Returns [format, value].
+ */
 function detectObject(value, hasShape, nested) {
   const has = (k) => Object.hasOwn(value, k);
-  // formats.md, "Which format": a routed_experts value never holds routed_experts again, whatever else it holds.
-  if (nested && has(ROUTED_EXPERTS)) {
-    reject(`${ROUTED_EXPERTS}.${ROUTED_EXPERTS}`, "absent: a routes value holds the routes itself", Object.keys(value));
+  if (nested !== null && has(ROUTED_EXPERTS)) {
+    reject(nested, "absent: a routes value holds the routes itself", Object.keys(value));
   }
   if (has("schema") || has("version")) return ["r3wire", value];
   if (has("manifest")) return ["fireworks-trace", value];
@@ -149,7 +151,7 @@ function detectHeld(holder, hasShape) {
     "recognisable: an object, nested lists, or a string starting nrlre1:, k05VTVBZ or KLUv/ " +
     "(SGLang's bare base64 also needs num_layers and top_k)";
   if (value === null) reject(ROUTED_EXPERTS, "a routes value", null);
-  if (isPlainObject(value)) return detectObject(value, hasShape, true);
+  if (isPlainObject(value)) return detectObject(value, hasShape, `${ROUTED_EXPERTS}.${ROUTED_EXPERTS}`);
   if (Array.isArray(value)) return [detectList(value), value];
   if (typeof value === "string") {
     if (isJsonText(value)) reject(ROUTED_EXPERTS, "a routes value, not JSON text inside a string", value.slice(0, 12));
@@ -161,15 +163,15 @@ function detectHeld(holder, hasShape) {
   return reject(ROUTED_EXPERTS, unknown, value);
 }
 
-/** Detection (formats.md) of a value read by itself: [format, the value to hand its reader]. */
-function detect(payload, hasShape) {
-  if (isPlainObject(payload)) return detectObject(payload, hasShape, false);
+/** Detection (formats.md) of a value: [format, the value to hand its reader]; `nested` as for detectObject. */
+function detect(payload, hasShape, nested) {
+  if (isPlainObject(payload)) return detectObject(payload, hasShape, nested);
   if (Array.isArray(payload)) return [detectList(payload), payload];
   if (typeof payload !== "string") reject(null, "a routed-experts payload (a string, a list or an object)", payload);
   if (isJsonText(payload)) {
     const parsed = parseInput(payload);
     if (!isPlainObject(parsed) && !Array.isArray(parsed)) reject(null, "a JSON object or array", parsed);
-    return detect(parsed, hasShape);
+    return detect(parsed, hasShape, nested);
   }
   const format = detectText(payload, hasShape);
   if (format === null) {
@@ -440,7 +442,8 @@ export function readResponse(input, options = {}) {
     let format;
     let result;
     try {
-      const [name, target] = detect(payload, hasShape);
+      // A routed_experts value is read with its holder; any other routes value is one itself, never a holder.
+      const [name, target] = detect(payload, hasShape, wrapped ? null : ROUTED_EXPERTS);
       format = name;
       const reader = READERS[format];
       if (reader === null) throw new NeedsZstd(`${path}: ${format} is zstd-compressed`);

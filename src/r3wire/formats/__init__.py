@@ -232,14 +232,15 @@ def _positive(value: int | None, field: str) -> int | None:
     return None if value is None else check_int(value, field, minimum=1, maximum=1 << 31, error=R3WireError)
 
 
-def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool, *, nested: bool = False) -> tuple[str, object]:
-    """``nested``: ``obj`` is itself the value of a ``routed_experts`` field."""
-    if nested and KEY_ROUTED_EXPERTS in obj:
+def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool, *, nested: str | None = None) -> tuple[str, object]:
+    """``nested``: ``obj`` is itself a routes value, and this is the field naming a ``routed_experts`` member of
+    it (refused)."""
+    if nested is not None and KEY_ROUTED_EXPERTS in obj:
         # No engine nests a routes field in a routes field (docs/formats.md, "Whole responses"): refused here,
         # whatever else the object holds (an envelope's schema too), not unwrapped level after level, which
         # recursed once per level into a RecursionError on 6 KB of JSON.
         raise DecodeError.make(
-            f"{KEY_ROUTED_EXPERTS}.{KEY_ROUTED_EXPERTS}",
+            nested,
             "absent: a routes value holds the routes itself, never another routed_experts field",
             f"an object with keys {sorted(describe(k)[:20] for k in list(obj)[:8])}",
             raw=True,
@@ -293,7 +294,7 @@ def _detect_routed_experts_field(holder: Mapping[Any, Any], has_shape: bool) -> 
             KEY_ROUTED_EXPERTS, "a routes value", "null (the engine returned no routes for this choice)", raw=True
         )
     if isinstance(value, Mapping):
-        return _detect_mapping(value, has_shape, nested=True)
+        return _detect_mapping(value, has_shape, nested=f"{KEY_ROUTED_EXPERTS}.{KEY_ROUTED_EXPERTS}")
     if isinstance(value, list):
         return _detect_list(value), value
     if isinstance(value, (str, bytes, bytearray, memoryview)):
@@ -383,10 +384,13 @@ def detect(payload: object, *, num_layers: int | None = None, top_k: int | None 
     return _detect(payload, has_shape=num_layers is not None and top_k is not None)[0]
 
 
-def _detect(payload: object, *, has_shape: bool) -> tuple[str, object]:
-    """The format name and the value to hand its reader (JSON text parsed once, a holder's routes unwrapped)."""
+def _detect(payload: object, *, has_shape: bool, nested: str | None = None) -> tuple[str, object]:
+    """The format name and the value to hand its reader (JSON text parsed once, a holder's routes unwrapped).
+
+    ``nested``: ``payload`` is a routes value itself (read_response), whose ``routed_experts`` member this field
+    names: refused, never read as a holder of routes."""
     if isinstance(payload, Mapping):
-        return _detect_mapping(payload, has_shape)
+        return _detect_mapping(payload, has_shape, nested=nested)
     if isinstance(payload, list):
         return _detect_list(payload), payload
     if not isinstance(payload, (str, bytes, bytearray, memoryview)):
@@ -398,7 +402,7 @@ def _detect(payload: object, *, has_shape: bool) -> tuple[str, object]:
         parsed = load_json(payload, what="a routed-experts payload")
         if not isinstance(parsed, (dict, list)):
             raise DecodeError.make(None, "a JSON object or array", f"a JSON {type(parsed).__name__}", raw=True)
-        return _detect(parsed, has_shape=has_shape)
+        return _detect(parsed, has_shape=has_shape, nested=nested)
     name = _detect_text(payload, has_shape=has_shape)
     if name is not None:
         return name, payload
@@ -678,8 +682,11 @@ def read_response(
             )
         else:
             payload = found.value
+        wrapped = payload is not found.value
         try:
-            name, value = _detect(payload, has_shape=has_shape)
+            # A routed_experts value is read with its holder (the wrapped payload); any other routes value is one
+            # by itself, never an object holding routes.
+            name, value = _detect(payload, has_shape=has_shape, nested=None if wrapped else KEY_ROUTED_EXPERTS)
             # The value _detect chose, read as it is: read() would take an object holding routed_experts (an
             # envelope with a stray member) for a choice and read that member instead.
             opts = ReadOptions(
@@ -691,7 +698,7 @@ def read_response(
             )
             result = _read_as(name, value, opts)
         except R3WireError as exc:
-            raise _placed(exc, found.parts, found.value, wrapped=payload is not found.value) from exc
+            raise _placed(exc, found.parts, found.value, wrapped=wrapped) from exc
         beside = beside_routes(found, max_elements=limit)
         check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts)
         clamped = beside.logprobs
