@@ -116,12 +116,12 @@ function detectList(value) {
  */
 function detectObject(value, hasShape, nested) {
   const has = (k) => Object.hasOwn(value, k);
-  if (nested !== null && has(ROUTED_EXPERTS)) {
-    reject(nested, "absent: a routes value holds the routes itself", Object.keys(value));
-  }
-  if (has("schema") || has("version")) return ["r3wire", value];
+  if (has("schema") || has("version")) return ["r3wire", value]; // its reader refuses a routed_experts member
   if (has("manifest")) return ["fireworks-trace", value];
-  if (has(ROUTED_EXPERTS)) return detectHeld(value, hasShape);
+  if (has(ROUTED_EXPERTS)) {
+    if (nested !== null) reject(nested, "absent: a routes value holds the routes itself", Object.keys(value));
+    return detectHeld(value, hasShape);
+  }
   if (has("data") && has("shape")) {
     if (has("start")) return ["prime-rl", value];
     if (has("dtype")) {

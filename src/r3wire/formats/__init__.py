@@ -235,21 +235,20 @@ def _positive(value: int | None, field: str) -> int | None:
 def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool, *, nested: str | None = None) -> tuple[str, object]:
     """``nested``: ``obj`` is itself a routes value, and this is the field naming a ``routed_experts`` member of
     it (refused)."""
-    if nested is not None and KEY_ROUTED_EXPERTS in obj:
-        # No engine nests a routes field in a routes field (docs/formats.md, "Whole responses"): refused here,
-        # whatever else the object holds (an envelope's schema too), not unwrapped level after level, which
-        # recursed once per level into a RecursionError on 6 KB of JSON.
-        raise DecodeError.make(
-            nested,
-            "absent: a routes value holds the routes itself, never another routed_experts field",
-            f"an object with keys {sorted(describe(k)[:20] for k in list(obj)[:8])}",
-            raw=True,
-        )
     if KEY_SCHEMA in obj or KEY_VERSION in obj:
-        return "r3wire", obj
+        return "r3wire", obj  # its reader refuses a routed_experts member like any unknown one
     if KEY_MANIFEST in obj:
         return "fireworks-trace", obj
     if KEY_ROUTED_EXPERTS in obj:
+        if nested is not None:
+            # No engine nests a routes field in a routes field (docs/formats.md, "Whole responses"): refused here,
+            # not unwrapped level after level, which recursed once per level into a RecursionError on 6 KB of JSON.
+            raise DecodeError.make(
+                nested,
+                "absent: a routes value holds the routes itself, never another routed_experts field",
+                f"an object with keys {sorted(describe(k)[:20] for k in list(obj)[:8])}",
+                raw=True,
+            )
         return _detect_routed_experts_field(obj, has_shape)
     if KEY_DATA in obj and KEY_SHAPE in obj:
         if "start" in obj:
