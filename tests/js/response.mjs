@@ -1,7 +1,7 @@
 // Whole engine responses: the routes fields of a response body, each read in the format its value is in, with
 // the token ids and logprobs beside it (one logprob per token id). Written from docs/formats.md ("Whole responses", "Detection") alone.
 //
-//   readResponse(body, {numLayers, topK, numExperts, maxElements})
+//   readResponse(body, {numLayers, topK, numExperts, maxElements, dtype})
 //     -> [{path, format, dtype, shape, values, start, mask, numExperts, tokenIds, promptTokenIds, logprobs, numClamped}]
 //
 // `body` is JSON text or a value from parseJson. Fireworks' zstd payloads (r3/v1 and the trace object holding
@@ -79,6 +79,8 @@ const READERS = {
 const textHead = (text) => text.slice(0, 64).trimStart();
 const isJsonText = (text) => /^[{[]/.test(textHead(text));
 
+const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
 /** The bytes of the first 8 base64 characters (for a skippable zstd frame's magic), or none. */
 function base64Head(text) {
   const chunk = text.slice(0, 8);
@@ -86,7 +88,6 @@ function base64Head(text) {
   const bits = [...chunk.replace(/=+$/, "")].map((c) => ALPHABET.indexOf(c).toString(2).padStart(6, "0")).join("");
   return Array.from({ length: Math.floor(bits.length / 8) }, (_, i) => parseInt(bits.slice(8 * i, 8 * i + 8), 2));
 }
-const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 /** The format of a string by its prefix; SGLang's only with a shape (`hasShape` null: never a guess). */
 function detectText(text, hasShape) {
