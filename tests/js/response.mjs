@@ -289,10 +289,10 @@ function tokenIds(value, maxElements) {
 function logprobOf(x, field) {
   if (x === null) return null;
   if (x instanceof JsonNumber) {
-    const v = x.toNumber();
-    if (x.isInteger() && (!Number.isFinite(v) || BigInt(v) !== x.toBigInt())) {
-      reject(field, "a number exactly representable as a float64", x);
-    }
+    if (!x.isInteger()) return x.toNumber();
+    // An integer is its exact value (`-0` is 0, not -0.0), if a float64 holds it.
+    const v = Number(x.toBigInt());
+    if (BigInt(v) !== x.toBigInt()) reject(field, "a number exactly representable as a float64", x);
     return v;
   }
   return reject(field, "a number or null (a logprob)", x);
