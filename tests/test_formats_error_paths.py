@@ -3,6 +3,8 @@ element of the routes it holds (``<path>[row, layer, slot]``), never a name inte
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -10,10 +12,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from r3wire import R3WireError
+from r3wire import DecodeError, R3WireError
 from r3wire.formats import _response, read_response, write
 
 ROUTES = (np.arange(12).reshape(3, 2, 2) % 5).astype(np.int32)
+# Language-neutral cases of these rules, run by the JavaScript reference too (tests/js/run_vectors.mjs).
+ERROR_CASES: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "vectors" / "response-errors-v1.json").read_text(encoding="utf-8")
+)["cases"]
 FORMATS = [
     "r3wire",
     "skyrl",
@@ -97,3 +103,69 @@ def test_the_keys_not_searched_for_routes_are_the_documented_ones_in_python_and_
     for key in sorted(documented):
         assert read_response({"choices": [{"index": 0, key: {"routed_experts": envelope}}]}) == []
     assert len(read_response({"choices": [{"index": 0, "other": {"routed_experts": envelope}}]})) == 1
+
+
+def test_an_entry_of_an_encoded_header_is_said_in_the_message_never_taken_for_an_element() -> None:
+    npy = write(ROUTES.astype(np.uint8), "vllm-npy")
+    text = base64.b64decode(npy).replace(b"(3, 2, 2)", b"(3, -2, 2)")
+    body = {"choices": [{"routed_experts": base64.b64encode(text).decode()}]}
+    with pytest.raises(R3WireError) as caught:
+        read_response(body)
+    assert caught.value.field == "$.choices[0].routed_experts"
+    assert "(its npy header.shape[1])" in str(caught.value)
+
+
+def test_a_member_the_routes_object_lacks_is_named_in_the_message() -> None:
+    envelope = write(ROUTES.astype(np.uint8), "r3wire")  # detected by its schema, data or not
+    del envelope["data"]
+    with pytest.raises(R3WireError) as caught:
+        read_response({"choices": [{"routed_experts": envelope}]})
+    assert caught.value.field == "$.choices[0].routed_experts"
+    assert "(its data)" in str(caught.value)
+
+
+_ROUTES_KEYS = ["routed_experts", "routing_matrices", "router_replay"]
+
+
+@pytest.mark.parametrize(
+    ("name", "key"),
+    [(name, key) for name in ("r3wire", "skyrl", "prime-rl", "prime-rl-b85") for key in _ROUTES_KEYS]
+    + [("r3wire", "envelope")],  # only r3wire envelopes are routes under any key
+)
+def test_a_routes_object_with_a_stray_routed_experts_member_is_refused_never_read_for_it(name: str, key: str) -> None:
+    value = write(ROUTES.astype(np.uint8), name)
+    assert isinstance(value, dict)
+    stray = {**value, "routed_experts": write(ROUTES.astype(np.uint8), "r3wire")}  # alone, valid routes
+    with pytest.raises(R3WireError) as caught:
+        read_response({"choices": [{key: stray}]})
+    # An envelope is one by its schema: its reader refuses the unknown member, at the value's path.
+    inner = "" if name == "r3wire" else ".routed_experts"
+    assert caught.value.field == f"$.choices[0].{key}{inner}"
+
+
+@pytest.mark.parametrize("case", ERROR_CASES, ids=[c["name"] for c in ERROR_CASES])
+@pytest.mark.parametrize("as_text", [False, True])
+def test_the_error_vectors_name_the_location_in_the_body_or_read_to_their_results(
+    case: dict[str, Any], as_text: bool
+) -> None:
+    body = json.dumps(case["body"]) if as_text else case["body"]
+    if case.get("verdict") == "reject":
+        with pytest.raises(DecodeError) as caught:
+            read_response(body, **case["read_args"])
+        assert caught.value.field == case["field"]
+        assert str(caught.value).startswith(f"{case['field']} must be ")  # the wording is the vector's to read
+        return
+    results = read_response(body, **case["read_args"])
+    got = [
+        {
+            "path": r.path,
+            "format": r.format,
+            "dtype": str(r.routes.dtype),
+            "values": r.routes.tolist(),
+            "token_ids": None if r.token_ids is None else r.token_ids.tolist(),
+            "logprobs": None if r.logprobs is None else r.logprobs.tolist(),
+            "num_clamped": r.num_clamped,
+        }
+        for r in results
+    ]
+    assert got == case["results"]

@@ -156,6 +156,7 @@ KNOWN_VECTOR_FILES = [
     "logprobs-v1.json",
     "response-alignment-v1.json",
     "response-engines-v1.json",
+    "response-errors-v1.json",
     "response-prompt-ids-v1.json",
     "routes-v1-packed.json",
     "routes-v1.json",

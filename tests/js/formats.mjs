@@ -67,7 +67,7 @@ function checkMembers(payload, required, optional) {
  * What every format's result must satisfy, checked after the format's own rules (formats.md, "Rules every reader
  * follows"): at least one layer and one slot (`shape[1]`, `shape[2]`), then the caller's model (`shape`).
  */
-function finish(read) {
+export function finish(read) {
   return (input, options = {}) => {
     const result = read(input, options);
     for (const axis of [1, 2]) {
@@ -394,26 +394,34 @@ export const readVllmNpy = finish(function readVllmNpy(input, options = {}) {
   if (isPlainObject(input)) text = input.routed_experts;
   if (typeof text !== "string") reject("routed_experts", "a base64 .npy string", text);
   if (text.length % 4 !== 0) reject("routed_experts", "base64 of a length divisible by 4", text.length);
-  // The preamble (magic, version, header length: at most 12 bytes) is the first 16 characters; the header and
-  // the file's exact length follow from it, all checked before the body is decoded.
-  const preamble = decodeBase64Any(text.length > 16 ? text.slice(0, 16) : text, "routed_experts");
-  if (preamble.length < 6 || NPY_MAGIC.some((b, i) => preamble[i] !== b)) {
-    reject("npy magic", "the bytes \\x93NUMPY", Array.from(preamble.slice(0, 6), (b) => b.toString(16)).join(""));
+  // The file's byte count follows from the text's length and padding; each step decodes only the bytes it needs,
+  // after checking the file holds them (formats.md, vllm-npy steps 1-3): magic and version, the preamble with the
+  // header length, then the whole declared header, before the header is parsed.
+  const total = (text.length / 4) * 3 - [...text.slice(-2)].filter((ch) => ch === "=").length;
+  const head = (nbytes) => {
+    if (nbytes > total) reject("routed_experts", `a .npy file of at least ${nbytes} bytes`, `${total} bytes`);
+    return decodeBase64Any(text.slice(0, Math.min(text.length, 4 * Math.ceil(nbytes / 3))), "routed_experts");
+  };
+  const start = head(8);
+  if (NPY_MAGIC.some((b, i) => start[i] !== b)) {
+    reject("npy magic", "the bytes \\x93NUMPY", Array.from(start.slice(0, 6), (b) => b.toString(16)).join(""));
   }
-  const major = preamble[6];
-  if (preamble.length < 8 || ![1, 2, 3].includes(major) || preamble[7] !== 0) {
-    reject("npy version", "1.0, 2.0 or 3.0", `${major}.${preamble[7]}`);
-  }
+  const major = start[6];
+  if (![1, 2, 3].includes(major) || start[7] !== 0) reject("npy version", "1.0, 2.0 or 3.0", `${major}.${start[7]}`);
   const lengthSize = major === 1 ? 2 : 4;
+  const preamble = head(8 + lengthSize);
   const view = new DataView(preamble.buffer, preamble.byteOffset, preamble.byteLength);
-  if (preamble.length < 8 + lengthSize) reject("npy header length", "present", preamble.length);
   const headerLength = major === 1 ? view.getUint16(8, true) : view.getUint32(8, true);
   if (headerLength > NPY_MAX_HEADER) reject("npy header length", `at most ${NPY_MAX_HEADER} bytes`, headerLength);
   const dataStart = 8 + lengthSize + headerLength;
-  const headChars = 4 * Math.ceil(dataStart / 3);
-  if (text.length < headChars) reject("routed_experts", `a .npy file of at least ${dataStart} bytes`, text.length);
-  const headBytes = decodeBase64Any(text.slice(0, headChars), "routed_experts").slice(8 + lengthSize, dataStart);
-  const headerText = major === 3 ? new TextDecoder("utf-8").decode(headBytes) : String.fromCharCode(...headBytes);
+  const headBytes = head(dataStart).slice(8 + lengthSize, dataStart);
+  let headerText;
+  try {
+    headerText = major === 3 ? new TextDecoder("utf-8", { fatal: true }).decode(headBytes) : String.fromCharCode(...headBytes);
+  } catch (error) {
+    if (!(error instanceof TypeError)) throw error;
+    reject("npy header", "UTF-8 text", "invalid UTF-8");
+  }
   const header = parsePythonLiteral(headerText);
   const keys = header?.dict ? [...header.dict.keys()].sort() : null;
   if (keys === null || keys.join(",") !== "descr,fortran_order,shape") {
@@ -433,9 +441,8 @@ export const readVllmNpy = finish(function readVllmNpy(input, options = {}) {
   const size = DTYPE_SIZES[dtype];
   checkLimit(shape, options.maxElements, "npy header.shape");
   const fileBytes = BigInt(dataStart) + elementCount(shape) * BigInt(size);
-  const chars = 4n * ((fileBytes + 2n) / 3n);
-  if (BigInt(text.length) !== chars) reject("routed_experts", `${chars} base64 characters (a ${fileBytes}-byte .npy)`, text.length);
   // The padding tells the exact byte count: a trailing byte can hide in the same number of characters.
+  if (BigInt(total) !== fileBytes) reject("routed_experts", `a .npy file of ${fileBytes} bytes`, `${total} bytes`);
   const file = decodeBase64(text, Number(fileBytes), "routed_experts");
   let body = file.slice(dataStart);
   if (descr[0] === ">") {

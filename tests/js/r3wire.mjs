@@ -57,6 +57,7 @@ export function show(value) {
   if (value instanceof JsonNumber) text = value.text;
   else if (typeof value === "bigint") text = value.toString();
   else if (value === undefined) text = "nothing";
+  else if (typeof value === "number" && !Number.isFinite(value)) text = String(value); // not JSON's null
   else {
     try {
       text = JSON.stringify(value, (_, v) => (v instanceof JsonNumber ? Number(v.text) : v));

@@ -1,7 +1,7 @@
 // Whole engine responses: the routes fields of a response body, each read in the format its value is in, with
 // the token ids and logprobs beside it (one logprob per token id). Written from docs/formats.md ("Whole responses", "Detection") alone.
 //
-//   readResponse(body, {numLayers, topK, numExperts, maxElements})
+//   readResponse(body, {numLayers, topK, numExperts, maxElements, dtype})
 //     -> [{path, format, dtype, shape, values, start, mask, numExperts, tokenIds, promptTokenIds, logprobs, numClamped}]
 //
 // `body` is JSON text or a value from parseJson. Fireworks' zstd payloads (r3/v1 and the trace object holding
@@ -9,6 +9,7 @@
 
 import { JsonNumber } from "./json.mjs";
 import {
+  finish,
   readFireworksMatrices,
   readJsonLists,
   readNemoRl,
@@ -20,12 +21,14 @@ import {
 import {
   DecodeError,
   checkShape,
+  decodeArray,
   decodeLogprobs,
   decodeRoutes,
   elementCount,
   isPlainObject,
   parseInput,
   reject,
+  show,
 } from "./r3wire.mjs";
 
 export class NeedsZstd extends Error {}
@@ -53,48 +56,198 @@ const LOGPROB_KEYS = ["logprobs", "output_token_logprobs"];
 // What a missing or non-finite sampled logprob becomes (docs/logprobs.md: clamp_logprobs).
 const LOGPROB_FLOOR = -9999.0;
 
-/** Detection (formats.md): the format of one routes value, and the reader for it. */
-function detect(value, holder) {
-  if (isPlainObject(value)) {
-    const has = (k) => Object.hasOwn(value, k);
-    if (has("schema") || has("version")) return ["r3wire", (v, o) => decodeRoutes(v, o)];
-    if (has("manifest")) return ["fireworks-trace", null];
-    if (has("data") && has("shape") && has("start")) return ["prime-rl", readPrimeRl];
-    if (has("data") && has("shape") && has("dtype")) {
-      return value.dtype === "uint16" ? ["prime-rl", readPrimeRl] : ["skyrl", (v, o) => decodeRoutes(v, { ...o, seedOnly: true })];
-    }
-    if (has("data") && has("shape")) {
-      let count = null;
-      try {
-        count = elementCount(checkShape(value.shape, { ndim: 3 }));
-      } catch (error) {
-        if (!(error instanceof DecodeError)) throw error;
-      }
-      const b85 = count !== null && count > 0n && typeof value.data === "string" && BigInt(value.data.length) === 5n * count;
-      return b85 ? ["prime-rl-b85", readPrimeRlB85] : ["prime-rl", readPrimeRl];
-    }
-    reject(null, "a routes payload of a known format", Object.keys(value));
-  }
-  if (Array.isArray(value)) {
-    if (value.length === 0) reject(null, "a non-empty list (name the format)", value);
-    if (value.every((item) => Array.isArray(item))) return ["json-lists", readJsonLists];
-    if (value.every((item) => item === null || typeof item === "string")) {
-      return ["fireworks-matrices", readFireworksMatrices];
-    }
-    reject(null, "a list of lists, or of base64 strings and nulls", value);
-  }
-  if (typeof value === "string") {
-    if (value.startsWith("nrlre1:")) return ["nemo-rl", readNemoRl];
-    if (value.startsWith("k05VTVBZ")) return ["vllm-npy", readVllmNpy];
-    if (value.startsWith("KLUv/")) return ["fireworks-r3v1", null];
-    // SGLang's bare string, read with the routed_experts_dtype beside it (the holder is SGLang's meta_info).
-    const dtype = holder.routed_experts_dtype ?? null;
-    return ["sglang", (v, o) => readSglang({ routed_experts: v, routed_experts_dtype: dtype }, o)];
-  }
-  return reject(null, "a routes payload (object, list or string)", value);
+const ROUTED_EXPERTS = "routed_experts";
+const ROUTED_EXPERTS_DTYPE = "routed_experts_dtype";
+const PRIME_DTYPES = ["uint8", "uint16", "int16", "int32"];
+const SKYRL_DTYPES = ["uint8", "int16", "int32"];
+const READERS = {
+  // Every format's result is held to the caller's num_layers / top_k (formats.md, "The caller's model").
+  r3wire: finish((v, o) => decodeRoutes(v, o)),
+  skyrl: finish((v, o) => decodeRoutes(v, { ...o, seedOnly: true })),
+  "prime-rl": readPrimeRl,
+  "prime-rl-b85": readPrimeRlB85,
+  sglang: readSglang,
+  "vllm-npy": readVllmNpy,
+  "nemo-rl": readNemoRl,
+  "json-lists": readJsonLists,
+  "fireworks-matrices": readFireworksMatrices,
+  "fireworks-r3v1": null,
+  "fireworks-trace": null,
+};
+
+// formats.md, "Detection": a string's first characters after leading whitespace say its format.
+const textHead = (text) => text.slice(0, 64).trimStart();
+const isJsonText = (text) => /^[{[]/.test(textHead(text));
+
+const ALPHABET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/** The bytes of the first 8 base64 characters (for a skippable zstd frame's magic), or none. */
+function base64Head(text) {
+  const chunk = text.slice(0, 8);
+  if (chunk.length % 4 !== 0 || !/^[A-Za-z0-9+/]*={0,2}$/.test(chunk)) return [];
+  const bits = [...chunk.replace(/=+$/, "")].map((c) => ALPHABET.indexOf(c).toString(2).padStart(6, "0")).join("");
+  return Array.from({ length: Math.floor(bits.length / 8) }, (_, i) => parseInt(bits.slice(8 * i, 8 * i + 8), 2));
 }
 
-const number = (x) => (x instanceof JsonNumber ? x.toNumber() : x);
+/** The format of a string by its prefix; SGLang's only with a shape (`hasShape` null: never a guess). */
+function detectText(text, hasShape) {
+  const start = textHead(text);
+  if (start.startsWith("nrlre1:")) return "nemo-rl";
+  if (start.startsWith("k05VTVBZ")) return "vllm-npy";
+  const head = base64Head(start);
+  // A skippable zstd frame: magic 0x184D2A5? little-endian.
+  const skippable =
+    head.length >= 4 && (head[0] & 0xf0) === 0x50 && head[1] === 0x2a && head[2] === 0x4d && head[3] === 0x18;
+  if (start.startsWith("KLUv/") || skippable) return "fireworks-r3v1";
+  return hasShape ? "sglang" : null;
+}
+
+/** A list by its first item that is not null: strings (or only nulls) are per-token matrices, lists are ids. */
+function detectList(value) {
+  const first = value.find((item) => item !== null) ?? null;
+  if (typeof first === "string" || (value.length > 0 && first === null)) return "fireworks-matrices";
+  if (Array.isArray(first)) return "json-lists";
+  if (isPlainObject(first)) reject(null, "a routes value (a list of objects is a batch of responses)", value);
+  return reject(null, "nested lists of expert ids or base64 matrices and nulls (an empty list is either)", value);
+}
+
+/**
+ * An object by its keys. `nested`: it is itself a routes value, and this is the field naming a routed_experts member
+ * of it (refused: formats.md, "Which format"), else null. Returns [format, value].
+ */
+function detectObject(value, hasShape, nested) {
+  const has = (k) => Object.hasOwn(value, k);
+  if (has("schema") || has("version")) return ["r3wire", value]; // its reader refuses a routed_experts member
+  if (has("manifest")) return ["fireworks-trace", value];
+  if (has(ROUTED_EXPERTS)) {
+    if (nested !== null) reject(nested, "absent: a routes value holds the routes itself", Object.keys(value));
+    return detectHeld(value, hasShape);
+  }
+  if (has("data") && has("shape")) {
+    if (has("start")) return ["prime-rl", value];
+    if (has("dtype")) {
+      const dtype = value.dtype;
+      const prime = typeof dtype === "string" && PRIME_DTYPES.includes(dtype) && !SKYRL_DTYPES.includes(dtype);
+      return [prime ? "prime-rl" : "skyrl", value];
+    }
+    let count = null;
+    try {
+      count = elementCount(checkShape(value.shape, { ndim: 3 }));
+    } catch (error) {
+      if (!(error instanceof DecodeError)) throw error;
+    }
+    const b85 = count !== null && count > 0n && typeof value.data === "string" && BigInt(value.data.length) === 5n * count;
+    return [b85 ? "prime-rl-b85" : "prime-rl", value];
+  }
+  return reject(null, "a known routed-experts object (r3wire, skyrl, prime-rl, fireworks-trace)", Object.keys(value));
+}
+
+/**
+ * The format of `holder.routed_experts`, by the value itself; a bare string without a known prefix is SGLang's,
+ * read with the holder so routed_experts_dtype beside it counts.
+ */
+function detectHeld(holder, hasShape) {
+  const value = holder[ROUTED_EXPERTS];
+  const unknown =
+    "recognisable: an object, nested lists, or a string starting nrlre1:, k05VTVBZ or KLUv/ " +
+    "(SGLang's bare base64 also needs num_layers and top_k)";
+  if (value === null) reject(ROUTED_EXPERTS, "a routes value", null);
+  if (isPlainObject(value)) return detectObject(value, hasShape, `${ROUTED_EXPERTS}.${ROUTED_EXPERTS}`);
+  if (Array.isArray(value)) return [detectList(value), value];
+  if (typeof value === "string") {
+    if (isJsonText(value)) reject(ROUTED_EXPERTS, "a routes value, not JSON text inside a string", value.slice(0, 12));
+    const format = detectText(value, null);
+    if (format !== null) return [format, value];
+    if (hasShape) return ["sglang", holder];
+    reject(ROUTED_EXPERTS, unknown, "neither");
+  }
+  return reject(ROUTED_EXPERTS, unknown, value);
+}
+
+/** Detection (formats.md) of a value: [format, the value to hand its reader]; `nested` as for detectObject. */
+function detect(payload, hasShape, nested) {
+  if (isPlainObject(payload)) return detectObject(payload, hasShape, nested);
+  if (Array.isArray(payload)) return [detectList(payload), payload];
+  if (typeof payload !== "string") reject(null, "a routed-experts payload (a string, a list or an object)", payload);
+  if (isJsonText(payload)) {
+    const parsed = parseInput(payload);
+    if (!isPlainObject(parsed) && !Array.isArray(parsed)) reject(null, "a JSON object or array", parsed);
+    return detect(parsed, hasShape, nested);
+  }
+  const format = detectText(payload, hasShape);
+  if (format === null) {
+    reject(null, "a recognisable format (bare base64 is SGLang's: pass num_layers and top_k)", payload.slice(0, 12));
+  }
+  return [format, payload];
+}
+
+// A key written `.key` in a JSONPath; any other as a JSON string, `["a b"]` (formats.md, "Errors").
+const IDENTIFIER = /^[\p{XID_Start}_]\p{XID_Continue}*$/u;
+const MAX_KEY = 64;
+const MAX_PARTS = 32;
+
+/** One key of a JSONPath; in an error (not `exact`) a key over 64 characters is cut, its length said. */
+function keyStep(key, exact = false) {
+  const chars = [...key];
+  if (!exact && chars.length > MAX_KEY) {
+    return `[${JSON.stringify(`${chars.slice(0, MAX_KEY - 3).join("")}...`)} (${chars.length} characters)]`;
+  }
+  return IDENTIFIER.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`;
+}
+
+/** The JSONPath of `parts` (keys and list indices); in an error a path over 32 parts keeps its first and last 16. */
+function jsonPath(parts, exact = false) {
+  let shown = parts;
+  if (!exact && parts.length > MAX_PARTS) {
+    const half = MAX_PARTS / 2;
+    shown = [...parts.slice(0, half), { elided: parts.length - 2 * half }, ...parts.slice(-half)];
+  }
+  const steps = shown.map((part) =>
+    typeof part === "number" ? `[${part}]` : typeof part === "string" ? keyStep(part, exact) : `...(${part.elided} more)`,
+  );
+  return `$${steps.join("")}`;
+}
+
+// What format readers call the routes array they decode from a value: a field with only this name is the value.
+const DECODED_NAMES = new Set(["routes", "data", "matrix"]);
+
+/**
+ * formats.md, "Errors": a reader's error placed at the JSONPath of the routes value at `path`. Members of an object
+ * value stay; the SGLang and vLLM readers' own name `routed_experts` is the value itself (`wrapped`: the value was
+ * read as the routed_experts member of its holder, whose routed_experts_dtype is the holder's member); an index
+ * into the value or the array it decodes to follows the path; any other part of an encoded string, with its own
+ * index, and a member an object value lacks, are said in the message: `(its npy header.shape[1])`, `(its data)`.
+ */
+function placed(error, parts, value, wrapped) {
+  const path = jsonPath(parts);
+  let field = error.field ?? "";
+  const moved = (where, f, expected = error.expected) => {
+    const located = f === null || f === "" ? where : f.startsWith("[") ? `${where}${f}` : `${where}.${f}`;
+    return new DecodeError(located, expected, error.got, { unsupportedVersion: error.unsupportedVersion });
+  };
+  if (wrapped && field.startsWith(ROUTED_EXPERTS_DTYPE)) return moved(jsonPath(parts.slice(0, -1)), field);
+  if ((wrapped || !isPlainObject(value)) && field.startsWith(ROUTED_EXPERTS)) field = field.slice(ROUTED_EXPERTS.length);
+  if (error.unsupportedVersion) return moved(path, error.field);
+  const bracket = field.indexOf("[");
+  let head = (bracket < 0 ? field : field.slice(0, bracket)).replace(/^\.+|\.+$/g, "");
+  const index = bracket < 0 ? "" : field.slice(bracket);
+  const dot = head.indexOf(".");
+  const member = dot < 0 ? head : head.slice(0, dot);
+  let where = path;
+  let inside = !isPlainObject(value); // what the reader names is inside an encoded string
+  if (!inside && Object.hasOwn(value, member)) {
+    if (typeof value[member] !== "string") return moved(path, head + index); // a member holding JSON: a real path
+    where = jsonPath([...parts, member]); // a string member (data): what follows is inside the string
+    head = dot < 0 ? "" : head.slice(dot + 1);
+    inside = true;
+  }
+  // A member an object value lacks is named (data too); the decoded array's own name inside a string is not.
+  if (head !== "" && (!DECODED_NAMES.has(head) || !inside)) {
+    return moved(where, null, `${error.expected} (its ${head}${index})`);
+  }
+  return moved(where, index);
+}
+
 
 /** Run `fn`, naming any DecodeError's field under the JSONPath `path` (null: the value at `path` itself). */
 function at(path, fn) {
@@ -108,61 +261,114 @@ function at(path, fn) {
   }
 }
 
-/** Token ids (completion and prompt alike): a list of integers in 0 .. 2**63 - 1, at most maxElements of them
- * (fields relative to the list). */
+/** Token ids (completion and prompt alike): a list of integers in 0 .. 2**63 - 1, at most maxElements of them, or
+ * an r3wire.array of them (a dumps body); fields relative to the list. In a list the first bad id is named. */
 function tokenIds(value, maxElements) {
-  if (!Array.isArray(value)) reject(null, "a list of integers", value);
-  if (maxElements !== undefined && BigInt(value.length) > BigInt(maxElements)) {
+  if (isPlainObject(value) && value.schema === "r3wire.array") {
+    const array = decodeArray(value, { maxElements: maxElements ?? null });
+    if (!/^u?int/.test(array.dtype) || array.shape.length !== 1) {
+      reject(null, "a 1-d integer array", `${array.dtype} [${array.shape}]`);
+    }
+    const ids = array.values.map((v) => BigInt(v));
+    if (ids.some((id) => id < 0n || id > INT64_MAX)) reject(null, "token ids in 0..2**63-1", "an id out of range");
+    return ids;
+  }
+  if (!Array.isArray(value)) reject(null, "a list of token ids", value);
+  if (maxElements !== undefined && maxElements !== null && BigInt(value.length) > BigInt(maxElements)) {
     reject(null, `at most max_elements=${maxElements} token ids`, value.length);
   }
   return value.map((x, i) => {
-    const ok = x instanceof JsonNumber && x.isInteger() && x.toBigInt() >= 0n && x.toBigInt() <= INT64_MAX;
-    if (!ok) reject(`[${i}]`, "a token id in 0..2**63-1", x);
+    if (!(x instanceof JsonNumber && x.isInteger())) reject(`[${i}]`, "a token id (an integer)", x);
+    if (x.toBigInt() < 0n || x.toBigInt() > INT64_MAX) reject(`[${i}]`, "a token id in 0..2**63-1", x);
     return x.toBigInt();
   });
+}
+
+/** One logprob of a list or an entry, as a Number; null for a missing one; `field` names a value that is neither
+ * a number nor null. An integer must be exactly a float64 (2**63 - 1 is not). */
+function logprobOf(x, field) {
+  if (x === null) return null;
+  if (x instanceof JsonNumber) {
+    if (!x.isInteger()) return x.toNumber();
+    // An integer is its exact value (`-0` is 0, not -0.0), if a float64 holds it.
+    const v = Number(x.toBigInt());
+    if (BigInt(v) !== x.toBigInt()) reject(field, "a number exactly representable as a float64", x);
+    return v;
+  }
+  return reject(field, "a number or null (a logprob)", x);
+}
+
+/** Clamped (formats.md, "Beside the routes"): {values, missing}, a missing or non-finite value -> `floor`. */
+function clamped(raw, floor = LOGPROB_FLOOR) {
+  const missing = raw.map((v) => !(typeof v === "number" && Number.isFinite(v)));
+  return { values: raw.map((v, i) => (missing[i] ? floor : v)), missing };
+}
+
+/** An envelope's array of logprobs: one per token, so 1-d. */
+function oneD(array) {
+  if (array.shape.length !== 1) reject(null, "a 1-d array of sampled logprobs (one per token)", `shape [${array.shape}]`);
+  return array.values;
 }
 
 /**
  * Sampled logprobs in any of the shapes formats.md lists, clamped (missing, NaN, ±inf -> -9999.0): the values,
  * which of them were clamped, and the key of the list read inside the value (".content", ".token_logprobs" or "").
+ * An object in none of those shapes ({}, {"content": null}, {"top_logprobs": ...}) is null: no logprobs here.
  */
-function logprobs(key, value) {
-  let raw;
-  let prefix = "";
+function logprobs(key, value, maxElements) {
   if (key === "output_token_logprobs") {
     if (!Array.isArray(value)) reject(null, "a list of [logprob, token_id, text] entries", value);
-    raw = value.map((entry, i) => {
-      if (!Array.isArray(entry) || entry.length === 0) reject(`[${i}]`, "a [logprob, token_id, text] entry", entry);
+    const raw = value.map((entry, i) => {
+      if (!Array.isArray(entry) || entry.length === 0) reject(`[${i}]`, "a [logprob, token_id, ...] list", entry);
       return entry[0];
     });
-  } else if (Array.isArray(value)) {
-    raw = value;
-  } else if (isPlainObject(value) && value.schema === "r3wire.logprobs") {
-    raw = decodeLogprobs(value).values;
-  } else if (isPlainObject(value) && Object.hasOwn(value, "content")) {
-    if (!Array.isArray(value.content)) reject("content", "a list of {logprob} entries", value.content);
-    raw = value.content.map((entry) => (isPlainObject(entry) ? (entry.logprob ?? null) : entry));
-    prefix = ".content";
-    value.content.forEach((entry, i) => {
-      const v = isPlainObject(entry) ? (entry.logprob ?? null) : null;
-      if (v !== null && !(v instanceof JsonNumber)) reject(`content[${i}].logprob`, "a number or null", v);
-    });
-  } else if (isPlainObject(value) && Object.hasOwn(value, "token_logprobs")) {
-    if (!Array.isArray(value.token_logprobs)) reject("token_logprobs", "a list of numbers", value.token_logprobs);
-    raw = value.token_logprobs;
-    prefix = ".token_logprobs";
-  } else {
-    reject(null, "logprobs in a known shape", value);
+    return { ...clamped(raw.map((x, i) => logprobOf(x, `[${i}]`))), prefix: "" };
   }
-  const missing = [];
-  const values = raw.map((x, i) => {
-    const v = number(x);
-    missing.push(!(typeof v === "number" && Number.isFinite(v)));
-    if (typeof v === "number" && Number.isFinite(v)) return v;
-    if (v !== null && typeof v !== "number") reject(`${prefix.slice(1)}[${i}]`.replace(/^\[/, "["), "a number or null", x);
-    return LOGPROB_FLOOR;
-  });
-  return { values, missing, prefix };
+  if (Array.isArray(value)) return { ...clamped(value.map((x, i) => logprobOf(x, `[${i}]`))), prefix: "" };
+  if (!isPlainObject(value)) reject(null, "a logprobs object or list", value);
+  if (value.schema === "r3wire.logprobs") {
+    return { ...clamped(oneD(decodeLogprobs(value, { maxElements: maxElements ?? null }))), prefix: "" };
+  }
+  if (value.schema === "r3wire.array") {
+    // An older dumps body's logprobs: any float dtype; float16 has no -9999.0, its nearest is -10000.0.
+    const array = decodeArray(value, { maxElements: maxElements ?? null });
+    if (!array.dtype.startsWith("float")) reject(null, "a float array of logprobs", array.dtype);
+    return { ...clamped(oneD(array), array.dtype === "float16" ? -10000.0 : LOGPROB_FLOOR), prefix: "" };
+  }
+  if (Object.hasOwn(value, "content") && value.content !== null) {
+    if (!Array.isArray(value.content)) reject("content", "an array of entries", value.content);
+    // Every entry's type is checked before the count (formats.md, "One logprob per token id").
+    const raw = value.content.map((entry, i) => {
+      if (entry === null) return null;
+      if (!isPlainObject(entry)) reject(`content[${i}]`, 'an object {"logprob": ...} or null', entry);
+      const x = Object.hasOwn(entry, "logprob") ? entry.logprob : null;
+      if (x !== null && !(x instanceof JsonNumber)) reject(`content[${i}].logprob`, "a number or null", x);
+      return logprobOf(x, `content[${i}].logprob`);
+    });
+    return { ...clamped(raw), prefix: ".content" };
+  }
+  if (Object.hasOwn(value, "token_logprobs") && value.token_logprobs !== null) {
+    if (!Array.isArray(value.token_logprobs)) {
+      reject("token_logprobs", "a list of numbers and nulls", value.token_logprobs);
+    }
+    const raw = value.token_logprobs.map((x, i) => logprobOf(x, `token_logprobs[${i}]`));
+    return { ...clamped(raw), prefix: ".token_logprobs" };
+  }
+  return null;
+}
+
+/** The nearest sampled logprobs in `chain` (nearest object first, `logprobs` before `output_token_logprobs`); an
+ * object in no known shape is skipped as absent. [[key, value, path], read] or null. */
+function nearLogprobs(chain, paths, maxElements) {
+  for (let i = chain.length - 1; i >= 0; i--) {
+    for (const key of LOGPROB_KEYS) {
+      if (!Object.hasOwn(chain[i], key) || chain[i][key] === null) continue;
+      const where = jsonPath([...paths[i], key]);
+      const read = at(where, () => logprobs(key, chain[i][key], maxElements));
+      if (read !== null) return [[key, chain[i][key], where], read];
+    }
+  }
+  return null;
 }
 
 /**
@@ -191,19 +397,19 @@ function aligned(ids, idsRaw, lp, sampled, prompt, promptRaw) {
       const given = entry[1];
       const want = ids[i];
       if (!(given instanceof JsonNumber && given.isInteger() && given.toBigInt() === want)) {
-        throw new DecodeError(`${where}[${skip + i}][1]`, `the token id at ${idsRaw[2]}[${i}] (${want})`, String(given));
+        throw new DecodeError(`${where}[${skip + i}][1]`, `the token id at ${idsRaw[2]}[${i}] (${want})`, show(given));
       }
     }
   }
   return { values: sampled.values.slice(skip), clamped: sampled.missing.slice(skip).filter(Boolean).length };
 }
 
-/** The first of `keys` (non-null) in the objects of `chain`, nearest first: [key, value, path of the object]. */
+/** The first of `keys` (non-null) in the objects of `chain`, nearest first: [key, value, its path, the object]. */
 function beside(chain, paths, keys) {
   for (let i = chain.length - 1; i >= 0; i--) {
     for (const key of keys) {
       if (Object.hasOwn(chain[i], key) && chain[i][key] !== null) {
-        return [key, chain[i][key], `${paths[i]}.${key}`, chain[i]];
+        return [key, chain[i][key], jsonPath([...paths[i], key]), chain[i]];
       }
     }
   }
@@ -213,34 +419,50 @@ function beside(chain, paths, keys) {
 /** Read every routes field of a response body, in document order. Throws DecodeError (field = JSONPath). */
 export function readResponse(input, options = {}) {
   const body = parseInput(input);
+  // formats.md, "Whole responses": JSON text holding a scalar is no body, never read as one without routes.
+  if (!isPlainObject(body) && !Array.isArray(body)) reject("$", "a JSON object or array (a response body)", body);
   // formats.md, "Where": a list is a batch of bodies, each an object; text or any other item is refused.
   if (Array.isArray(body)) {
     body.forEach((item, i) => {
       if (!isPlainObject(item)) {
-        throw new DecodeError(`$[${i}]`, "a response body as a JSON object", typeof item);
+        reject(`$[${i}]`, "a response body as a JSON object", item);
       }
     });
   }
   const results = [];
   // `outer`: the objects around the list holding the enclosing list item (a chat response around its choices).
-  const read = (value, path, holder, chain, paths, outer) => {
-    const [format, reader] = at(path, () => detect(value, holder));
-    if (reader === null) throw new NeedsZstd(`${path}: ${format} is zstd-compressed`);
-    // SGLang's reader names the members of its holder (routed_experts, routed_experts_dtype): relocate from there.
-    const base = format === "sglang" ? path.slice(0, path.lastIndexOf(".")) : path;
-    const result = at(base, () => reader(value, options));
+  const hasShape = options.numLayers != null && options.topK != null;
+  // `key`: the routes key the value is under (null for an r3wire.routes envelope under another key); `holder`: the
+  // object holding it (null for an envelope at the root or in a list).
+  const read = (value, parts, key, holder, chain, paths, outer) => {
+    const path = jsonPath(parts);
+    // A routed_experts value is read with the routed_experts_dtype beside it (SGLang); any other by itself.
+    const wrapped = key === ROUTED_EXPERTS && holder !== null;
+    const kept = [ROUTED_EXPERTS, ROUTED_EXPERTS_DTYPE].filter((k) => Object.hasOwn(holder ?? {}, k));
+    const payload = wrapped ? Object.fromEntries(kept.map((k) => [k, holder[k]])) : value;
+    let format;
+    let result;
+    try {
+      // A routed_experts value is read with its holder; any other routes value is one itself, never a holder.
+      const [name, target] = detect(payload, hasShape, wrapped ? null : ROUTED_EXPERTS);
+      format = name;
+      const reader = READERS[format];
+      if (reader === null) throw new NeedsZstd(`${path}: ${format} is zstd-compressed`);
+      result = reader(target, { ...options, dtype: format === "sglang" ? options.dtype : undefined });
+    } catch (error) {
+      throw error instanceof DecodeError ? placed(error, parts, value, wrapped) : error;
+    }
     const ids = beside(chain, paths, TOKEN_KEYS);
     const promptRaw = beside(chain, paths, PROMPT_KEYS) ?? beside(outer.chain, outer.paths, PROMPT_KEYS);
-    const lp = beside(chain, paths, LOGPROB_KEYS);
     const tokens = ids === null ? null : at(ids[2], () => tokenIds(ids[1], options.maxElements));
     const prompt = promptRaw === null ? null : at(promptRaw[2], () => tokenIds(promptRaw[1], options.maxElements));
-    const read = lp === null ? null : at(lp[2], () => logprobs(lp[0], lp[1]));
+    const [lp, near] = nearLogprobs(chain, paths, options.maxElements) ?? [null, null];
     const sampled =
-      read === null
+      near === null
         ? null
         : tokens === null
-          ? { values: read.values, clamped: read.missing.filter(Boolean).length }
-          : aligned(tokens, ids, lp, read, prompt, promptRaw);
+          ? { values: near.values, clamped: near.missing.filter(Boolean).length }
+          : aligned(tokens, ids, lp, near, prompt, promptRaw);
     if (tokens !== null && prompt !== null) {
       // formats.md, "The call's token ids": start + rows <= len(prompt) + len(completion).
       const first = result.start ?? 0n;
@@ -252,7 +474,7 @@ export function readResponse(input, options = {}) {
     }
     results.push({
       ...result,
-      path,
+      path: jsonPath(parts, true),
       format,
       tokenIds: tokens,
       promptTokenIds: prompt,
@@ -260,31 +482,30 @@ export function readResponse(input, options = {}) {
       numClamped: sampled === null ? 0 : sampled.clamped,
     });
   };
-  // `chain`: the objects from the enclosing list item (or the root) down to this one; `paths`: their JSONPaths.
-  const walk = (node, path, chain, paths, outer) => {
+  // `chain`: the objects from the enclosing list item (or the root) down to this one; `paths`: their paths (parts).
+  const walk = (node, parts, chain, paths, outer) => {
     if (Array.isArray(node)) {
       const shared = chain.length > 0 ? { chain, paths } : outer;
-      node.forEach((item, i) => walk(item, `${path}[${i}]`, [], [], shared));
+      node.forEach((item, i) => walk(item, [...parts, i], [], [], shared));
       return;
     }
     if (!isPlainObject(node)) return;
     const here = [...chain, node];
-    const herePaths = [...paths, path];
+    const herePaths = [...paths, parts];
     if (node.schema === "r3wire.routes") {
       // An envelope under a key that is not a routes key, or the body itself: still routes (formats.md, "Where").
-      const nested = chain.length > 0;
-      read(node, path, nested ? chain[chain.length - 1] : node, nested ? chain : here, nested ? paths : herePaths, outer);
+      read(node, parts, null, chain.length > 0 ? chain[chain.length - 1] : null, chain, paths, outer);
       return;
     }
     for (const key of Object.keys(node)) {
-      const child = `${path}.${key}`;
+      const child = [...parts, key];
       if (ROUTE_KEYS.has(key)) {
-        if (node[key] !== null) read(node[key], child, node, here, herePaths, outer);
+        if (node[key] !== null) read(node[key], child, key, node, here, herePaths, outer);
       } else if (!NOT_SEARCHED.has(key)) {
         walk(node[key], child, here, herePaths, outer);
       }
     }
   };
-  walk(body, "$", [], [], { chain: [], paths: [] });
+  walk(body, [], [], [], { chain: [], paths: [] });
   return results;
 }

@@ -235,18 +235,19 @@ def _positive(value: int | None, field: str) -> int | None:
     return None if value is None else check_int(value, field, minimum=1, maximum=1 << 31, error=R3WireError)
 
 
-def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool, *, nested: bool = False) -> tuple[str, object]:
-    """``nested``: ``obj`` is itself the value of a ``routed_experts`` field."""
+def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool, *, nested: str | None = None) -> tuple[str, object]:
+    """``nested``: ``obj`` is itself a routes value, and this is the field naming a ``routed_experts`` member of
+    it (refused)."""
     if KEY_SCHEMA in obj or KEY_VERSION in obj:
-        return "r3wire", obj
+        return "r3wire", obj  # its reader refuses a routed_experts member like any unknown one
     if KEY_MANIFEST in obj:
         return "fireworks-trace", obj
     if KEY_ROUTED_EXPERTS in obj:
-        if nested:
+        if nested is not None:
             # No engine nests a routes field in a routes field (docs/formats.md, "Whole responses"): refused here,
             # not unwrapped level after level, which recursed once per level into a RecursionError on 6 KB of JSON.
             raise DecodeError.make(
-                f"{KEY_ROUTED_EXPERTS}.{KEY_ROUTED_EXPERTS}",
+                nested,
                 "absent: a routes value holds the routes itself, never another routed_experts field",
                 f"an object with keys {sorted(describe(k)[:20] for k in list(obj)[:8])}",
                 raw=True,
@@ -295,7 +296,7 @@ def _detect_routed_experts_field(holder: Mapping[Any, Any], has_shape: bool) -> 
             KEY_ROUTED_EXPERTS, "a routes value", "null (the engine returned no routes for this choice)", raw=True
         )
     if isinstance(value, Mapping):
-        return _detect_mapping(value, has_shape, nested=True)
+        return _detect_mapping(value, has_shape, nested=f"{KEY_ROUTED_EXPERTS}.{KEY_ROUTED_EXPERTS}")
     if isinstance(value, list):
         return _detect_list(value), value
     if isinstance(value, (str, bytes, bytearray, memoryview)):
@@ -385,10 +386,13 @@ def detect(payload: object, *, num_layers: int | None = None, top_k: int | None 
     return _detect(payload, has_shape=num_layers is not None and top_k is not None)[0]
 
 
-def _detect(payload: object, *, has_shape: bool) -> tuple[str, object]:
-    """The format name and the value to hand its reader (JSON text parsed once, a holder's routes unwrapped)."""
+def _detect(payload: object, *, has_shape: bool, nested: str | None = None) -> tuple[str, object]:
+    """The format name and the value to hand its reader (JSON text parsed once, a holder's routes unwrapped).
+
+    ``nested``: ``payload`` is a routes value itself (read_response), whose ``routed_experts`` member this field
+    names: refused, never read as a holder of routes."""
     if isinstance(payload, Mapping):
-        return _detect_mapping(payload, has_shape)
+        return _detect_mapping(payload, has_shape, nested=nested)
     if isinstance(payload, list):
         return _detect_list(payload), payload
     if not isinstance(payload, (str, bytes, bytearray, memoryview)):
@@ -400,7 +404,7 @@ def _detect(payload: object, *, has_shape: bool) -> tuple[str, object]:
         parsed = load_json(payload, what="a routed-experts payload")
         if not isinstance(parsed, (dict, list)):
             raise DecodeError.make(None, "a JSON object or array", f"a JSON {type(parsed).__name__}", raw=True)
-        return _detect(parsed, has_shape=has_shape)
+        return _detect(parsed, has_shape=has_shape, nested=nested)
     name = _detect_text(payload, has_shape=has_shape)
     if name is not None:
         return name, payload
@@ -515,6 +519,12 @@ def read(
         payload = payload[KEY_ROUTED_EXPERTS]  # a choice or message holding the value: read the value
     if dtype is not None and name != "sglang":
         raise R3WireError.make("dtype", f"None ({name} carries its dtype; only sglang's bare string needs one)", dtype)
+    return _read_as(name, payload, opts)
+
+
+def _read_as(name: str, payload: object, opts: ReadOptions) -> ReadResult:
+    """``payload`` read by the reader of format ``name`` as it is (never unwrapped), then held to what every format
+    holds and to the caller's model."""
     result = _READERS[name](payload, opts)
     # Every format holds routes: at least one layer and one slot (docs/wire-format.md §6), as decode_routes.
     for axis in (1, 2):
@@ -540,10 +550,11 @@ def _placed(error: R3WireError, parts: tuple[object, ...], value: object, *, wra
 
     Readers name fields relative to their value: members of an object value (``shape``, ``data``), and parts that
     are not JSON members: an element of the decoded routes (``data[0, 1, 2]``, ``routes[0, 1, 2]``), a piece of an
-    encoded string (``npy header.shape``, ``matrix``), or the SGLang reader's own ``routed_experts``. Only real
-    members stay in the path; an element becomes ``<path>[0, 1, 2]`` and any other part moves into ``expected``,
-    so the field is always a location in the body. ``wrapped``: the value was read as the ``routed_experts``
-    member of an object holding the holder's ``routed_experts_dtype`` too (a member of the holder).
+    encoded string (``npy header.shape``, ``npy header.shape[1]``, ``matrix``), or the SGLang reader's own
+    ``routed_experts``. Only real members stay in the path; an element becomes ``<path>[0, 1, 2]`` and any other
+    part, with its index, moves into ``expected`` (as does a member the object value lacks), so the field is always
+    a location in the body. ``wrapped``: the value was read as the ``routed_experts`` member of an object holding
+    the holder's ``routed_experts_dtype`` too (a member of the holder).
     """
     field = error.field or ""
     if wrapped and (field.startswith(KEY_ROUTED_EXPERTS_DTYPE) or error.expected is None or error.got is None):
@@ -555,15 +566,20 @@ def _placed(error: R3WireError, parts: tuple[object, ...], value: object, *, wra
     head, bracket, index = field.partition("[")
     head = head.strip(".")
     member, _, inner = head.partition(".")
+    inside = not isinstance(value, Mapping)  # what the reader names is inside an encoded string
     if isinstance(value, Mapping) and member in value:
         if not isinstance(value[member], str):
             # A member holding JSON (shape, start, a nested object): the field is a real path.
             return relocated(type(error).make(head + bracket + index, error.expected, error.got, raw=True), parts)
-        parts, head = (*parts, member), inner  # a string member (data): what follows is inside the string
+        parts, head, inside = (*parts, member), inner, True  # a string member (data): what follows is inside it
+    if head and (head not in _DECODED_NAMES or not inside):
+        # A part inside the string, its own index included (``npy header.shape[1]`` is a header entry, not an
+        # element of the routes), or a member the object value lacks (``data`` too): said in the message, the
+        # field stays the value. The decoded array's own name inside a string says nothing the path does not.
+        expected = f"{error.expected} (its {head}{bracket}{index})"
+        return relocated(type(error).make(None, expected, error.got, raw=True), parts)
     # An element index, or the name a reader gives the decoded array itself, says nothing the path does not.
-    named = head and not bracket and head not in _DECODED_NAMES
-    expected = f"{error.expected} (its {head})" if named else error.expected
-    return relocated(type(error).make(bracket + index or None, expected, error.got, raw=True), parts)
+    return relocated(type(error).make(bracket + index or None, error.expected, error.got, raw=True), parts)
 
 
 def read_response(
@@ -629,9 +645,9 @@ def read_response(
     limit = optional_max_elements(max_elements)
     # Arguments are checked once, here: a bad one is the caller's, not a field of the body (no path), and a body
     # without routes does not let it pass unnoticed.
-    _positive(num_layers, "num_layers")
-    _positive(top_k, "top_k")
-    optional_num_experts(num_experts)
+    layers = _positive(num_layers, "num_layers")
+    slots = _positive(top_k, "top_k")
+    experts = optional_num_experts(num_experts)
     sglang_dtype = _sglang_dtype(dtype)
     has_shape = num_layers is not None and top_k is not None
     if not isinstance(body, (Mapping, list, tuple)):
@@ -674,19 +690,23 @@ def read_response(
             )
         else:
             payload = found.value
+        wrapped = payload is not found.value
         try:
-            name, value = _detect(payload, has_shape=has_shape)
-            result = read(
-                value,
-                name,  # a format name _detect chose
-                num_layers=num_layers,
-                top_k=top_k,
-                num_experts=num_experts,
-                max_elements=max_elements,
+            # A routed_experts value is read with its holder (the wrapped payload); any other routes value is one
+            # by itself, never an object holding routes.
+            name, value = _detect(payload, has_shape=has_shape, nested=None if wrapped else KEY_ROUTED_EXPERTS)
+            # The value _detect chose, read as it is: read() would take an object holding routed_experts (an
+            # envelope with a stray member) for a choice and read that member instead.
+            opts = ReadOptions(
+                num_layers=layers,
+                top_k=slots,
                 dtype=sglang_dtype if name == "sglang" else None,
+                num_experts=experts,
+                max_elements=limit,
             )
+            result = _read_as(name, value, opts)
         except R3WireError as exc:
-            raise _placed(exc, found.parts, found.value, wrapped=payload is not found.value) from exc
+            raise _placed(exc, found.parts, found.value, wrapped=wrapped) from exc
         beside = beside_routes(found, max_elements=limit)
         check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts)
         clamped = beside.logprobs
