@@ -169,3 +169,18 @@ def test_the_error_vectors_name_the_location_in_the_body_or_read_to_their_result
         for r in results
     ]
     assert got == case["results"]
+
+
+@pytest.mark.parametrize("name", [n for n in FORMATS if n != "fireworks-trace"])
+def test_an_id_out_of_range_is_shown_as_the_id_at_the_position_named(name: str) -> None:
+    routes = np.zeros((3, 1, 2), dtype=np.uint8)
+    routes[1, 0, 0] = 2  # the first id at or above num_experts=2
+    routes[2, 0, 1] = 255  # a larger one later
+    if name.startswith("fireworks"):
+        pytest.importorskip("zstandard")
+    wide = routes.astype(np.int32) if name in ("nemo-rl", "json-lists", "sglang") else routes
+    with pytest.raises(R3WireError) as caught:
+        read_response({"choices": [{"routed_experts": write(wide, name)}]}, num_experts=2, num_layers=1, top_k=2)
+    assert caught.value.field is not None
+    assert caught.value.field.endswith("[1, 0, 0]")
+    assert caught.value.got == "2"

@@ -295,7 +295,7 @@ function logprobOf(x, field) {
     if (BigInt(v) !== x.toBigInt()) reject(field, "a number exactly representable as a float64", x);
     return v;
   }
-  return reject(field, "a number or null (a logprob)", x);
+  return reject(field, "a number or null", x);
 }
 
 /** Clamped (formats.md, "Beside the routes"): {values, missing}, a missing or non-finite value -> `floor`. */
@@ -322,7 +322,8 @@ function logprobs(key, value, maxElements) {
       if (!Array.isArray(entry) || entry.length === 0) reject(`[${i}]`, "a [logprob, token_id, ...] list", entry);
       return entry[0];
     });
-    return { ...clamped(raw.map((x, i) => logprobOf(x, `[${i}]`))), prefix: "" };
+    // An entry's logprob is named [i][0], as its token id is [i][1] (the one logprob value rule, logprobs.md).
+    return { ...clamped(raw.map((x, i) => logprobOf(x, `[${i}][0]`))), prefix: "" };
   }
   if (Array.isArray(value)) return { ...clamped(value.map((x, i) => logprobOf(x, `[${i}]`))), prefix: "" };
   if (!isPlainObject(value)) reject(null, "a logprobs object or list", value);

@@ -273,7 +273,8 @@ def check_ids(
         high = int(routes.max())
         if high >= num_experts:
             where = first_index(routes >= num_experts)
-            raise error.make(f"{field}{where}", f"an expert id below num_experts={num_experts}", high)
+            got = int(routes[tuple(where)])  # the id at the position named, not the largest
+            raise error.make(f"{field}{where}", f"an expert id below num_experts={num_experts}", got)
 
 
 def prepared_routes(
