@@ -35,6 +35,7 @@ from r3wire._arraylike import as_numpy, is_tensor
 from r3wire._base64 import b64encode_bytes, encoded_length
 from r3wire._bytesearch import find_byte
 from r3wire._envelope import build_envelope
+from r3wire._jsontext import parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._validate import as_text, optional_max_elements, plain_str
 from r3wire._walk import EXIT, Guard, holds_any
@@ -978,23 +979,37 @@ class _Reader:
         self.used = 0  # cut blobs put back or decoded: every one must be, or the cut was not what it seemed
         self.names = 0  # member names of objects that an envelope may also have (see _check_duplicates)
 
-    def run(self) -> Any:
-        """The document with every envelope decoded.
+    def run(self, text: bytes | bytearray | memoryview | str) -> Any:
+        """The document with every envelope decoded; ``text`` is what was parsed, for the duplicate check.
+
+        Every envelope is found (and every cut blob accounted for) before any is decoded, so that a member named
+        twice is reported first, whichever value the parser kept (wire-format.md §8 step 1).
 
         Raises:
             _CutMismatchError: a cut blob is not what the text around it says it is.
-            DecodeError: an envelope is malformed (only ever for blobs that checked out).
+            DecodeError: an envelope is malformed or names a member twice (only ever for blobs that checked out).
         """
         root = self.root
+        found: list[tuple[Any, Any, dict[str, Any]]] = []  # (container, key, envelope); container None: the root
         if type(root) is dict:
             if self._is_envelope(root):
-                root = self._decode(root)
+                found.append((None, None, root))
             else:
-                self._visit(root)
+                self._visit(root, found)
         elif type(root) is list or type(root) is _TupleList:
-            self._visit(root)
+            self._visit(root, found)
+        names = _ENVELOPE_KEYS
+        for _, _, envelope in found:
+            self.names += len(names.intersection(envelope))
+            data = envelope.get(KEY_DATA)
+            self.used += bool(self.blobs) and type(data) is str and data in self.blobs
         if self.used != len(self.blobs):
             raise _CutMismatchError
+        _check_duplicates(text, self.names)
+        for container, key, envelope in found:
+            if container is None:
+                return self._decode(envelope)
+            container[key] = self._decode(envelope)
         return root
 
     @staticmethod
@@ -1003,7 +1018,9 @@ class _Reader:
         # A str subclass (np.str_ in a document built in process) names a schema by its characters, as decoders read it.
         return isinstance(schema, str) and plain_str(schema) in _SCHEMAS
 
-    def _visit(self, node: Any) -> None:
+    def _visit(self, node: Any, found: list[tuple[Any, Any, dict[str, Any]]]) -> None:
+        """Put back the cut blobs of ``node``'s objects and list its envelopes in ``found``, in the order they
+        are decoded."""
         # An explicit stack: parsed documents may nest deeper than Python's recursion limit.
         stack: list[Any] = [node]
         names = _ENVELOPE_KEYS
@@ -1017,7 +1034,7 @@ class _Reader:
                     cls = type(item)
                     if cls is dict:
                         if self._is_envelope(item):
-                            node[key] = self._decode(item)
+                            found.append((node, key, item))
                         else:
                             stack.append(item)
                     elif cls is list or cls is _TupleList:
@@ -1029,7 +1046,7 @@ class _Reader:
                     cls = type(item)
                     if cls is dict:
                         if self._is_envelope(item):
-                            node[index] = self._decode(item)
+                            found.append((node, index, item))
                         else:
                             stack.append(item)
                     elif cls is list or cls is _TupleList:
@@ -1053,16 +1070,14 @@ class _Reader:
         return self._decode(envelope, where)
 
     def _decode(self, envelope: dict[str, Any], where: Callable[[], str] | None = None) -> np.ndarray[Any, Any]:
-        self.names += len(_ENVELOPE_KEYS.intersection(envelope))
         payload = envelope
         data = envelope.get(KEY_DATA)
         cut = bool(self.blobs) and type(data) is str and data in self.blobs
-        if cut:
+        if cut:  # counted in self.used by run
             assert self.raw is not None
             start, end = self.blobs[str(data)]
             payload = dict(envelope)
             payload[KEY_DATA] = self.raw[start:end]
-            self.used += 1
         try:
             schema = plain_str(envelope[KEY_SCHEMA])
             if schema == ROUTES_SCHEMA.name:
@@ -1435,28 +1450,23 @@ def loads(
         cut, blobs = _cut_blobs(text)
         if blobs:
             try:
-                root = orjson.loads(cut)
-            except orjson.JSONDecodeError:
+                root = parse_json(cut)
+            except (orjson.JSONDecodeError, DecodeError):
                 pass  # the shortened text fails exactly when the original does: parse that for the wording
             else:
                 reader = _Reader(
                     root, raw=memoryview(text), blobs=blobs, num_experts=num_experts, max_elements=max_elements
                 )
                 try:
-                    result = reader.run()
+                    return reader.run(cut)
                 except _CutMismatchError:
                     pass
-                else:
-                    _check_duplicates(cut, reader.names)
-                    return result
     try:
-        root = orjson.loads(text)
+        root = parse_json(text)
     except orjson.JSONDecodeError as exc:
         raise DecodeError.make("$", "valid JSON", f"invalid JSON: {exc}", raw=True) from exc
     # No envelope can hide in a document that never spells "r3wire." (only a \u escape could spell it).
     if not _has(text, b"r3wire.") and not _has(text, b"\\u"):
         return root
     reader = _Reader(root, raw=None, blobs={}, num_experts=num_experts, max_elements=max_elements)
-    result = reader.run()
-    _check_duplicates(text, reader.names)
-    return result
+    return reader.run(text)
