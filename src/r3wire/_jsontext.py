@@ -36,11 +36,27 @@ _WALK_BUDGET: Final = 512
 # digits must have at least one word.
 _HIGH_NIBBLES: Final = np.uint64(0xF0F0F0F0F0F0F0F0)
 _DIGIT_NIBBLES: Final = np.uint64(0x3030303030303030)
-# Characters after which a digit run is no integer token's first digit: a fraction or exponent, or a string's
-# first character (a token never directly follows a quote).
-_NOT_TOKEN_BEFORE: Final = frozenset(b'.eE+"')
-_EXPONENT: Final = frozenset(b"eE")
-_MINUS: Final = ord("-")
+# The characters before a digit run that matter: after ".", "e", "E", "+" it is a fraction's or an exponent's, after
+# a quote a string's first characters (a token never directly follows one); "-" is a sign, unless after "e".
+_DOT, _LOWER_E, _UPPER_E, _PLUS, _QUOTE, _MINUS = b'.eE+"-'
+# The text looked at around the first word of digits of a run: the 8 bytes before it (where the run starts) and
+# two more (a minus sign and an exponent's "e"); after it, enough for the run's length to tell 19 digits from 20.
+_WINDOW_BEFORE: Final = 10
+_WINDOW_AFTER: Final = 24
+_SIX: Final = np.uint64(0x0606060606060606)
+# Words read little-endian on any machine: the text's last byte of a word is its most significant.
+_WORD: Final = np.dtype("<u8")
+_LOW_SEVEN: Final = np.uint64(0x7F7F7F7F7F7F7F7F)
+_DIGIT_LIMIT: Final = np.uint64(0x7676767676767676)  # 0x80 - 10: a byte of 10 or more reaches the high bit
+_HIGH_BITS: Final = np.uint64(0x8080808080808080)
+_THREE: Final = np.uint64(3)
+_BYTE: Final = np.uint64(0xFF)
+_WINDOW_BEFORE_ALIGNED: Final = 16  # _WINDOW_BEFORE rounded up to whole words
+# Characters of ``str`` text encoded at a time for the scan (a multiple of 8, so that words keep their alignment).
+_PIECE: Final = 1 << 16
+# Words handled at a time by the first, whole-text step of the scan (256 KiB buffers).
+_BLOCK_WORDS: Final = 1 << 15
+_PAD: Final = np.full(_WINDOW_AFTER, ord(" "), np.uint8)
 # An integer token of 19 digits or more, outside strings (the text between two strings is searched).
 _TOKEN_BYTES: Final = re.compile(rb"(?<![0-9.eE+\-])-?[1-9][0-9]{18,}(?![0-9.eE])")
 _TOKEN_STR: Final = re.compile(_TOKEN_BYTES.pattern.decode())
@@ -89,54 +105,136 @@ def _may_be_rounded(text: str | bytes | bytearray | memoryview, parsed: Any) -> 
     orjson makes a float of an integer token it cannot hold, always of magnitude 2**63 or more: a small document
     (an envelope) is decided by its values; one with more items than the walk's budget by its text.
     """
-    stack = [parsed]
+    if type(parsed) is float:
+        return abs(parsed) >= _ROUNDED_FROM
+    stack = [parsed] if type(parsed) is dict or type(parsed) is list else []
     budget = _WALK_BUDGET
     while stack:
         node = stack.pop()
-        cls = type(node)
-        if cls is float:
-            if abs(node) >= _ROUNDED_FROM:
-                return True
-            continue
-        if cls is not dict and cls is not list:
-            continue
-        items = node.values() if cls is dict else node
+        items = node.values() if type(node) is dict else node
         budget -= len(items)
         if budget < 0:
             return _scan(text)
-        stack.extend(items)
+        kinds = set(map(type, items))  # at C speed: most containers hold no float and nothing to enter
+        if float in kinds and any(type(item) is float and abs(item) >= _ROUNDED_FROM for item in items):
+            return True
+        if dict in kinds or list in kinds:
+            stack.extend(item for item in items if type(item) is dict or type(item) is list)
     return False
 
 
 def _scan(text: str | bytes | bytearray | memoryview) -> bool:
     """Whether ``text`` may hold an integer token of 19 digits or more (never False when it does).
 
-    A vectorised test first: a run of 19 digits covers at least one whole aligned 8-byte word, and a word of only
-    digits is rare outside numbers (1 in 3 million in base64). Only when there are such words are the digit runs
-    found and their context looked at, so that the digits of fractions (``-0.0012345678901234567``, common in
-    logprobs) are not taken for integers.
+    A run of 19 digits covers at least one whole aligned 8-byte word, and a word of digits only is rare outside
+    numbers (1 in 3 million in base64), so such words are found first, for the whole text at once. Around the
+    first such word of each run (a window of the text) the run and what precedes it are looked at, still
+    vectorised, so that the digits of fractions (``-0.0012345678901234567``, common in logprobs) and exponents
+    are not taken for integers.
     """
-    data: Any = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    flat = np.frombuffer(data, np.uint8)
-    words = flat[: flat.size - flat.size % 8].view(np.uint64)
-    if not np.any((words & _HIGH_NIBBLES) == _DIGIT_NIBBLES):
-        return False
-    digit = (flat - np.uint8(48)) < 10
-    edges = np.flatnonzero(np.diff(digit.view(np.int8), prepend=np.int8(0), append=np.int8(0)))
-    starts, ends = edges[0::2], edges[1::2]  # digit runs alternate with the rest: [start, end)
-    long = (ends - starts) >= _LONG_DIGITS
-    starts, ends = starts[long], ends[long]
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-        before = int(flat[start - 1]) if start else 0
-        if before in _NOT_TOKEN_BEFORE:
-            continue
-        if before == _MINUS:
-            if start >= 2 and int(flat[start - 2]) in _EXPONENT:
-                continue
-        elif end - start == _LONG_DIGITS:
-            continue  # a non-negative integer of 19 digits is below 2**64: orjson holds it
-        return True
+    if not isinstance(text, str):
+        flat = np.frombuffer(text, np.uint8)
+        return _scan_bytes(flat, 0, flat.size)
+    if not text.isascii():  # rare: one copy (with lone surrogates orjson refuses the text; a scan still answers)
+        flat = np.frombuffer(text.encode("utf-8", "surrogatepass"), np.uint8)
+        return _scan_bytes(flat, 0, flat.size)
+    # ASCII text, encoded piece by piece: one copy of megabytes costs page faults, small ones reuse warm memory.
+    # Each piece also holds the text just before and after its own part (the windows) and words keep their
+    # alignment in the text, so each run's first word is looked at in exactly one piece.
+    for start in range(0, len(text), _PIECE):
+        head = max(start - _WINDOW_BEFORE_ALIGNED, 0)
+        flat = np.frombuffer(text[head : start + _PIECE + _WINDOW_AFTER + 8].encode(), np.uint8)
+        if _scan_bytes(flat, start - head, start - head + _PIECE):
+            return True
     return False
+
+
+def _scan_bytes(flat: np.ndarray[Any, np.dtype[np.uint8]], low: int, high: int) -> bool:
+    """:func:`_scan` of the runs of ``flat`` whose first aligned word starts at a byte in ``low .. high - 1``."""
+    words = flat[: flat.size - flat.size % 8].view(_WORD)
+    found = _loose_digit_words(words)
+    if low or high < flat.size:
+        found = found[(found >= low // 8) & (found < (high + 7) // 8)]
+    if not found.size:
+        return False
+    if found[0] == 0:  # a word of digits at the very start has no word before it: pad (rare: a bare number)
+        padded = np.concatenate([_PAD[:8], flat])
+        return _scan_bytes(padded, low + 8, high + 8)
+    found = found[_digits_only(words[found]) & ~_digits_only(words[found - 1])]  # the first word of each run
+    if not found.size:
+        return False
+    # Most runs are fractions (logprobs): the character before the run, the last non-digit of the word before,
+    # rules them out. Bitwise on the words: 0x80 in each byte that is not a digit (no carry crosses a byte).
+    prev = words[found - 1]
+    other = prev ^ _DIGIT_NIBBLES
+    other = (((other & _LOW_SEVEN) + _DIGIT_LIMIT) | other) & _HIGH_BITS
+    # The highest such bit (never 0: the word is not digits only); float64 is exact on these sparse bit patterns.
+    shift = (np.log2(other.astype(np.float64)).astype(np.uint64) >> _THREE) << _THREE
+    before = ((prev >> shift) & _BYTE).astype(np.uint8)
+    found = found[_token_may_follow(before)]
+    at = found * 8
+    if not at.size:
+        return False
+    if at[0] < _WINDOW_BEFORE or at[-1] + _WINDOW_AFTER > flat.size:  # near an end: the text padded as if by spaces
+        flat = np.concatenate([_PAD[:_WINDOW_BEFORE], flat, _PAD[:_WINDOW_AFTER]])
+        at += _WINDOW_BEFORE
+    # Each row: the text from _WINDOW_BEFORE bytes before a word (a view; the rows are copied once).
+    window = np.lib.stride_tricks.sliding_window_view(flat, _WINDOW_BEFORE + _WINDOW_AFTER)[at - _WINDOW_BEFORE]
+    other = (window - np.uint8(48)) >= 10  # not a digit
+    # The 8 bytes before the word hold a non-digit (it is the run's first word): the run starts after the last.
+    last = _WINDOW_BEFORE - 1 - np.argmax(other[:, _WINDOW_BEFORE - 1 :: -1], axis=1)
+    right = other[:, _WINDOW_BEFORE + 8 :]
+    # Where the run goes on past the window it has more than 20 digits anyway.
+    end = np.where(right.any(axis=1), _WINDOW_BEFORE + 8 + np.argmax(right, axis=1), other.shape[1])
+    length = end - last - 1
+    rows = np.arange(window.shape[0])
+    before = window[rows, last]
+    minus = before == _MINUS
+    before2 = window[rows, last - 1]
+    exponent = minus & ((before2 == _LOWER_E) | (before2 == _UPPER_E))
+    integer = _token_may_follow(before) & ~exponent
+    # A non-negative integer of 19 digits is below 2**64: orjson holds it.
+    rounded = (length > _LONG_DIGITS) | (minus & (length == _LONG_DIGITS))
+    return bool(np.any(integer & rounded))
+
+
+def _loose_digit_words(words: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.intp]]:
+    """The indices of the words whose bytes are all "0"-"?" (a superset of digits, checked later).
+
+    Block by block into small buffers: a temporary the size of the text costs page faults (a 4.6 MB one took
+    3 ms right after orjson had parsed the text, 0.4 ms when warm), small ones stay warm.
+    """
+    if words.size <= _BLOCK_WORDS:
+        return np.flatnonzero((words & _HIGH_NIBBLES) == _DIGIT_NIBBLES)
+    masked = np.empty(_BLOCK_WORDS, np.uint64)
+    hits = np.empty(_BLOCK_WORDS, np.bool_)
+    found = []
+    for start in range(0, words.size, _BLOCK_WORDS):
+        block = words[start : start + _BLOCK_WORDS]
+        size = block.size
+        np.bitwise_and(block, _HIGH_NIBBLES, out=masked[:size])
+        np.equal(masked[:size], _DIGIT_NIBBLES, out=hits[:size])
+        if hits[:size].any():
+            found.append(np.flatnonzero(hits[:size]) + start)
+    return np.concatenate(found) if found else np.empty(0, np.intp)
+
+
+def _token_may_follow(before: np.ndarray[Any, np.dtype[np.uint8]]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Where a digit run preceded by ``before`` may be an integer token: not a fraction's or an exponent's digits,
+    not a string's first characters."""
+    other: np.ndarray[Any, np.dtype[np.bool_]] = (
+        (before == _DOT) | (before == _LOWER_E) | (before == _UPPER_E) | (before == _PLUS) | (before == _QUOTE)
+    )
+    return ~other
+
+
+def _digits_only(words: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any, np.dtype[np.bool_]]:
+    """Which 8-byte words are ASCII digits only: every byte 0x30-0x39 (0x3A-0x3F carry into 0x40 when 6 is added;
+    no byte carries into the next once every high nibble is 3)."""
+    digits: np.ndarray[Any, np.dtype[np.bool_]] = ((words & _HIGH_NIBBLES) == _DIGIT_NIBBLES) & (
+        ((words + _SIX) & _HIGH_NIBBLES) == _DIGIT_NIBBLES
+    )
+    return digits
 
 
 def _string_end(text: Any, start: int, quote: Any, backslash: Any) -> int:
