@@ -115,11 +115,13 @@ def _may_be_rounded(text: str | bytes | bytearray | memoryview, parsed: Any) -> 
         budget -= len(items)
         if budget < 0:
             return _scan(text)
-        kinds = set(map(type, items))  # at C speed: most containers hold no float and nothing to enter
-        if float in kinds and any(type(item) is float and abs(item) >= _ROUNDED_FROM for item in items):
-            return True
-        if dict in kinds or list in kinds:
-            stack.extend(item for item in items if type(item) is dict or type(item) is list)
+        for item in items:
+            cls = type(item)
+            if cls is float:
+                if abs(item) >= _ROUNDED_FROM:
+                    return True
+            elif cls is dict or cls is list:
+                stack.append(item)
     return False
 
 
