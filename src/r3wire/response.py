@@ -990,27 +990,38 @@ class _Reader:
             DecodeError: an envelope is malformed or names a member twice (only ever for blobs that checked out).
         """
         root = self.root
-        found: list[tuple[Any, Any, dict[str, Any]]] = []  # (container, key, envelope); container None: the root
-        if type(root) is dict:
-            if self._is_envelope(root):
-                found.append((None, None, root))
-            else:
-                self._visit(root, found)
-        elif type(root) is list or type(root) is _TupleList:
-            self._visit(root, found)
-        names = _ENVELOPE_KEYS
-        for _, _, envelope in found:
-            self.names += len(names.intersection(envelope))
-            data = envelope.get(KEY_DATA)
-            self.used += bool(self.blobs) and type(data) is str and data in self.blobs
+        if type(root) is dict and self._is_envelope(root):
+            self._count(root)
+            self._check(text)
+            return self._decode(root)
+        # Where each envelope is, as two lists: a tuple per envelope made the cyclic GC walk the whole document
+        # again and again (100000 tiny envelopes took 1.3 times as long).
+        containers: list[Any] = []
+        keys: list[Any] = []
+        if type(root) is dict or type(root) is list or type(root) is _TupleList:
+            self._visit(root, containers, keys)
+        self._check(text)
+        for container, key in zip(containers, keys, strict=True):
+            container[key] = self._decode(container[key])
+        return root
+
+    def _count(self, envelope: dict[str, Any]) -> None:
+        """Count ``envelope``'s member names (see _check_duplicates) and its cut blob."""
+        self.names += len(_ENVELOPE_KEYS.intersection(envelope))
+        data = envelope.get(KEY_DATA)
+        self.used += bool(self.blobs) and type(data) is str and data in self.blobs
+
+    def _check(self, text: bytes | bytearray | memoryview | str) -> None:
+        """Before any envelope is decoded: every cut blob was found where it was cut, and no envelope names a
+        member twice.
+
+        Raises:
+            _CutMismatchError: a cut blob is not what the text around it says it is.
+            DecodeError: an envelope names a member twice.
+        """
         if self.used != len(self.blobs):
             raise _CutMismatchError
         _check_duplicates(text, self.names)
-        for container, key, envelope in found:
-            if container is None:
-                return self._decode(envelope)
-            container[key] = self._decode(envelope)
-        return root
 
     @staticmethod
     def _is_envelope(obj: dict[str, Any]) -> bool:
@@ -1018,9 +1029,9 @@ class _Reader:
         # A str subclass (np.str_ in a document built in process) names a schema by its characters, as decoders read it.
         return isinstance(schema, str) and plain_str(schema) in _SCHEMAS
 
-    def _visit(self, node: Any, found: list[tuple[Any, Any, dict[str, Any]]]) -> None:
-        """Put back the cut blobs of ``node``'s objects and list its envelopes in ``found``, in the order they
-        are decoded."""
+    def _visit(self, node: Any, containers: list[Any], keys: list[Any]) -> None:
+        """Put back the cut blobs of ``node``'s objects and list where its envelopes are (``containers[i][keys[i]]``),
+        in the order they are decoded."""
         # An explicit stack: parsed documents may nest deeper than Python's recursion limit.
         stack: list[Any] = [node]
         names = _ENVELOPE_KEYS
@@ -1034,7 +1045,9 @@ class _Reader:
                     cls = type(item)
                     if cls is dict:
                         if self._is_envelope(item):
-                            found.append((node, key, item))
+                            self._count(item)
+                            containers.append(node)
+                            keys.append(key)
                         else:
                             stack.append(item)
                     elif cls is list or cls is _TupleList:
@@ -1046,7 +1059,9 @@ class _Reader:
                     cls = type(item)
                     if cls is dict:
                         if self._is_envelope(item):
-                            found.append((node, index, item))
+                            self._count(item)
+                            containers.append(node)
+                            keys.append(index)
                         else:
                             stack.append(item)
                     elif cls is list or cls is _TupleList:
