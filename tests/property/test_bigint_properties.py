@@ -67,9 +67,14 @@ LEAVES = st.one_of(
     st.text(max_size=12),
     st.sampled_from(["12345678901234567890", " 123456789012345678901", "-0.00123456789012345678901"]),
 )
+# Member names the response readers look at, so that big integers land where token ids and routes are read.
+KEYS = st.one_of(
+    st.text(max_size=6),
+    st.sampled_from(["choices", "token_ids", "prompt_token_ids", "routed_experts", "logprobs", "meta_info", "start"]),
+)
 DOCUMENTS = st.recursive(
     LEAVES,
-    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=6), children, max_size=5),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(KEYS, children, max_size=5),
     max_leaves=25,
 )
 
@@ -131,6 +136,19 @@ def test_loads_reads_every_integer_exactly(doc: Any, spaced: bool, kind: str) ->
         return
     assert status == "ok", (text[:200], got)
     assert same(got, want), (text[:200], got)
+
+
+@given(DOCUMENTS)
+def test_response_readers_see_the_integers_json_text_spells(doc: Any) -> None:
+    text = dump(doc, False)
+    want = exact(text)
+    for read in (formats.read_response, formats.detect):
+        status, got = outcome(lambda read=read: read(text.encode()))
+        if want is FAILED:
+            assert status == "DecodeError", (read.__name__, text[:200], got)
+            continue
+        want_status, want_got = outcome(lambda read=read: read(want))
+        assert status == want_status, (read.__name__, text[:200], got, want_got)
 
 
 MEMBERS = ("version", "num_experts", "bits", "shape0", "shape1", "shape2")
