@@ -28,6 +28,7 @@ ENVELOPE = '{{"data":"","shape":{shape},"dtype":"uint8","schema":"r3wire.routes"
         '["12345678901234567890123", 0.00123456789012345678901, 1.5e300, 12345678901234567890.5]',
         '{"s": "\\\\", "n": 123456789012345678901, "t": "\\"", "u": 123456789012345678902}',
         '{"é": 123456789012345678901, "x": "\u2028"}',
+        '[1e300, "x 123456789012345678901", -1.8446744073709552e19]',  # big floats, digits in a string: as parsed
     ],
 )
 @pytest.mark.parametrize("kind", [str, bytes, bytearray, memoryview])

@@ -87,9 +87,8 @@ def parse_json(text: str | bytes | bytearray | memoryview, *, root: str = "$") -
     if not _may_be_rounded(text, parsed):
         return parsed
     exact = _parse_exact(text, root)
-    if exact is _INVALID:  # pragma: no cover - orjson parsed this text with strings in place of the tokens
-        return parsed
-    return exact
+    # _INVALID here: no integer token outside strings after all (the scan also sees a string's digits).
+    return parsed if exact is _INVALID else exact
 
 
 class _Invalid:
@@ -106,7 +105,7 @@ def _may_be_rounded(text: str | bytes | bytearray | memoryview, parsed: Any) -> 
     (an envelope) is decided by its values; one with more items than the walk's budget by its text.
     """
     if type(parsed) is float:
-        return abs(parsed) >= _ROUNDED_FROM
+        return abs(parsed) >= _ROUNDED_FROM and _scan(text)
     stack = [parsed] if type(parsed) is dict or type(parsed) is list else []
     budget = _WALK_BUDGET
     while stack:
@@ -119,7 +118,7 @@ def _may_be_rounded(text: str | bytes | bytearray | memoryview, parsed: Any) -> 
             cls = type(item)
             if cls is float:
                 if abs(item) >= _ROUNDED_FROM:
-                    return True
+                    return _scan(text)  # or a float written as one (1e300): the text tells
             elif cls is dict or cls is list:
                 stack.append(item)
     return False
