@@ -14,6 +14,7 @@ from typing import Any, Final, Literal, TypeGuard
 import numpy as np
 import orjson
 
+from r3wire._jsontext import parse_json
 from r3wire.errors import DecodeError, R3WireError, describe
 
 __all__ = [
@@ -284,19 +285,21 @@ def byte_text(payload: Text, field: str | None) -> Text:
     return as_text(payload, field, "text", buffers=False)
 
 
-def load_json(payload: str | bytes | bytearray | memoryview, *, what: str = "payload") -> Any:
+def load_json(payload: str | bytes | bytearray | memoryview, *, what: str = "payload", root: str = "$") -> Any:
     """Parse JSON text (``str`` or bytes-like) of any value: orjson's strictness (UTF-8, no NaN, bounded depth),
-    and no object in it may name a member twice.
+    every integer exact (:func:`~r3wire._jsontext.parse_json`), and no object in it may name a member twice.
+    ``root`` names the document in the path of an error about an integer (``""``: the member names alone).
 
     Duplicates are refused because JSON parsers disagree on which value wins (orjson and Python keep the last,
     others the first), so two readers of one payload could decode different arrays.
 
     Raises:
-        DecodeError: the text is not valid JSON or names a member twice.
+        DecodeError: the text is not valid JSON, names a member twice, or has an integer of more than
+            :data:`~r3wire._jsontext.MAX_INT_DIGITS` digits.
     """
     payload = as_text(payload, None, f"JSON text ({what})")
     try:
-        parsed = orjson.loads(payload)
+        parsed = parse_json(payload, root=root)
     except orjson.JSONDecodeError as exc:
         raise DecodeError.make(None, f"JSON text ({what})", f"invalid JSON: {exc}", raw=True) from exc
     # A memoryview has no find(): scan a copy (the rare input type; str and bytes are scanned in place).
@@ -326,7 +329,7 @@ def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
                 None, f"a JSON object ({what})", f"{type(payload).__name__} that raised {exc!r}", raw=True
             ) from exc
     if isinstance(payload, (str, bytes, bytearray, memoryview)):  # other buffers are not taken for JSON text here
-        parsed = load_json(payload, what=what)
+        parsed = load_json(payload, what=what, root="")
         if not isinstance(parsed, dict):
             raise DecodeError.make(None, f"a JSON object ({what})", f"a JSON {type(parsed).__name__}", raw=True)
         return parsed

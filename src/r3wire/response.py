@@ -35,6 +35,7 @@ from r3wire._arraylike import as_numpy, is_tensor
 from r3wire._base64 import b64encode_bytes, encoded_length
 from r3wire._bytesearch import find_byte
 from r3wire._envelope import build_envelope
+from r3wire._jsontext import parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._validate import as_text, optional_max_elements, plain_str
 from r3wire._walk import EXIT, Guard, holds_any
@@ -997,24 +998,49 @@ class _Reader:
         self.used = 0  # cut blobs put back or decoded: every one must be, or the cut was not what it seemed
         self.names = 0  # member names of objects that an envelope may also have (see _check_duplicates)
 
-    def run(self) -> Any:
-        """The document with every envelope decoded.
+    def run(self, text: bytes | bytearray | memoryview | str) -> Any:
+        """The document with every envelope decoded; ``text`` is what was parsed, for the duplicate check.
+
+        Every envelope is found (and every cut blob accounted for) before any is decoded, so that a member named
+        twice is reported first, whichever value the parser kept (wire-format.md §8 step 1).
 
         Raises:
             _CutMismatchError: a cut blob is not what the text around it says it is.
-            DecodeError: an envelope is malformed (only ever for blobs that checked out).
+            DecodeError: an envelope is malformed or names a member twice (only ever for blobs that checked out).
         """
         root = self.root
-        if type(root) is dict:
-            if self._is_envelope(root):
-                root = self._decode(root)
-            else:
-                self._visit(root)
-        elif type(root) is list or type(root) is _TupleList:
-            self._visit(root)
+        if type(root) is dict and self._is_envelope(root):
+            self._count(root)
+            self._check(text)
+            return self._decode(root)
+        # Where each envelope is, as two lists: a tuple per envelope made the cyclic GC walk the whole document
+        # again and again (100000 tiny envelopes took 1.3 times as long).
+        containers: list[Any] = []
+        keys: list[Any] = []
+        if type(root) is dict or type(root) is list or type(root) is _TupleList:
+            self._visit(root, containers, keys)
+        self._check(text)
+        for container, key in zip(containers, keys, strict=True):
+            container[key] = self._decode(container[key])
+        return root
+
+    def _count(self, envelope: dict[str, Any]) -> None:
+        """Count ``envelope``'s member names (see _check_duplicates) and its cut blob."""
+        self.names += len(_ENVELOPE_KEYS.intersection(envelope))
+        data = envelope.get(KEY_DATA)
+        self.used += bool(self.blobs) and type(data) is str and data in self.blobs
+
+    def _check(self, text: bytes | bytearray | memoryview | str) -> None:
+        """Before any envelope is decoded: every cut blob was found where it was cut, and no envelope names a
+        member twice.
+
+        Raises:
+            _CutMismatchError: a cut blob is not what the text around it says it is.
+            DecodeError: an envelope names a member twice.
+        """
         if self.used != len(self.blobs):
             raise _CutMismatchError
-        return root
+        _check_duplicates(text, self.names)
 
     @staticmethod
     def _is_envelope(obj: dict[str, Any]) -> bool:
@@ -1022,7 +1048,9 @@ class _Reader:
         # A str subclass (np.str_ in a document built in process) names a schema by its characters, as decoders read it.
         return isinstance(schema, str) and plain_str(schema) in _SCHEMAS
 
-    def _visit(self, node: Any) -> None:
+    def _visit(self, node: Any, containers: list[Any], keys: list[Any]) -> None:
+        """Put back the cut blobs of ``node``'s objects and list where its envelopes are (``containers[i][keys[i]]``),
+        in the order they are decoded."""
         # An explicit stack: parsed documents may nest deeper than Python's recursion limit.
         stack: list[Any] = [node]
         names = _ENVELOPE_KEYS
@@ -1036,7 +1064,9 @@ class _Reader:
                     cls = type(item)
                     if cls is dict:
                         if self._is_envelope(item):
-                            node[key] = self._decode(item)
+                            self._count(item)
+                            containers.append(node)
+                            keys.append(key)
                         else:
                             stack.append(item)
                     elif cls is list or cls is _TupleList:
@@ -1048,7 +1078,9 @@ class _Reader:
                     cls = type(item)
                     if cls is dict:
                         if self._is_envelope(item):
-                            node[index] = self._decode(item)
+                            self._count(item)
+                            containers.append(node)
+                            keys.append(index)
                         else:
                             stack.append(item)
                     elif cls is list or cls is _TupleList:
@@ -1072,16 +1104,14 @@ class _Reader:
         return self._decode(envelope, where)
 
     def _decode(self, envelope: dict[str, Any], where: Callable[[], str] | None = None) -> np.ndarray[Any, Any]:
-        self.names += len(_ENVELOPE_KEYS.intersection(envelope))
         payload = envelope
         data = envelope.get(KEY_DATA)
         cut = bool(self.blobs) and type(data) is str and data in self.blobs
-        if cut:
+        if cut:  # counted in self.used by run
             assert self.raw is not None
             start, end = self.blobs[str(data)]
             payload = dict(envelope)
             payload[KEY_DATA] = self.raw[start:end]
-            self.used += 1
         try:
             schema = plain_str(envelope[KEY_SCHEMA])
             if schema == ROUTES_SCHEMA.name:
@@ -1463,28 +1493,23 @@ def loads(
         cut, blobs = _cut_blobs(text)
         if blobs:
             try:
-                root = orjson.loads(cut)
-            except orjson.JSONDecodeError:
+                root = parse_json(cut)
+            except (orjson.JSONDecodeError, DecodeError):
                 pass  # the shortened text fails exactly when the original does: parse that for the wording
             else:
                 reader = _Reader(
                     root, raw=memoryview(text), blobs=blobs, num_experts=num_experts, max_elements=max_elements
                 )
                 try:
-                    result = reader.run()
+                    return reader.run(cut)
                 except _CutMismatchError:
                     pass
-                else:
-                    _check_duplicates(cut, reader.names)
-                    return result
     try:
-        root = orjson.loads(text)
+        root = parse_json(text)
     except orjson.JSONDecodeError as exc:
         raise DecodeError.make("$", "valid JSON", f"invalid JSON: {exc}", raw=True) from exc
     # No envelope can hide in a document that never spells "r3wire." (only a \u escape could spell it).
     if not _has(text, b"r3wire.") and not _has(text, b"\\u"):
         return root
     reader = _Reader(root, raw=None, blobs={}, num_experts=num_experts, max_elements=max_elements)
-    result = reader.run()
-    _check_duplicates(text, reader.names)
-    return result
+    return reader.run(text)

@@ -12,7 +12,7 @@ from typing import Final
 
 import numpy as np
 
-from r3wire._validate import check_shape
+from r3wire._validate import MAX_DIM, check_shape
 from r3wire.errors import DecodeError
 from r3wire.formats._common import (
     MISSING_ROUTE,
@@ -32,7 +32,9 @@ __all__ = ["NEMO_RL_DTYPES", "NEMO_RL_MAGIC", "read_nemo_rl", "write_nemo_rl"]
 NEMO_RL_MAGIC: Final = "nrlre1"
 NEMO_RL_DTYPES: Final = ("int8", "int16", "int32")
 # Decimal digits only: int() would also take "+7", " 7", "7_0" and non-ASCII digits; one text per shape.
-_DIM: Final = re.compile(r"0|[1-9][0-9]{0,18}")
+_DIM: Final = re.compile(r"0|[1-9][0-9]*")
+# More digits than 2**63 - 1 has: out of range, reported without converting (int() of 100k digits is slow).
+_DIM_DIGITS: Final = len(str(MAX_DIM))
 _PARTS: Final = 4
 
 
@@ -60,6 +62,12 @@ def read_nemo_rl(payload: object, opts: ReadOptions) -> ReadResult:
     sizes = dims.split("x")
     if len(sizes) != len(("S", "L", "K")) or not all(_DIM.fullmatch(s) for s in sizes):
         raise DecodeError.make("shape", "'<S>x<L>x<K>' in plain decimal", dims)
+    for i, size in enumerate(sizes):
+        if len(size) > _DIM_DIGITS:  # the message check_shape gives a shorter number that is too large
+            got = size if len(size) <= 40 else f"{size[:20]}... (an integer of {len(size)} digits)"
+            raise DecodeError.make(f"shape[{i}]", f"an integer in 0..{MAX_DIM}", got, raw=True)
+        if int(size) > MAX_DIM:
+            break  # check_shape names it
     shape = check_shape([int(s) for s in sizes], "shape", ndim=3)
     routes = decode_b64_array(data, dtype, shape, field="data", max_elements=opts.max_elements)
     check_ids(routes, "data", num_experts=opts.num_experts, missing_sentinel=True)

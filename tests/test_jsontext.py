@@ -1,0 +1,191 @@
+"""Integer tokens beyond orjson's 64-bit range read exactly at every text entry point, and loads reporting a
+repeated envelope member before decoding the envelope (review 6, findings A and E)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import numpy as np
+import orjson
+import pytest
+
+import r3wire
+from r3wire import DecodeError, UnsupportedVersionError, formats
+from r3wire._jsontext import MAX_INT_DIGITS, parse_json
+
+ENVELOPE = '{{"data":"","shape":{shape},"dtype":"uint8","schema":"r3wire.routes","version":{version}}}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"request_seed": 18446744073709551617, "x": 123456789012345678901234567890}',
+        "[-9223372036854775809, -9223372036854775808, 18446744073709551615, 18446744073709551616]",
+        "1" + "0" * 400,
+        '{"a": [1, 2, {"b": -' + "9" * 500 + "}]}",
+        '["12345678901234567890123", 0.00123456789012345678901, 1.5e300, 12345678901234567890.5]',
+        '{"s": "\\\\", "n": 123456789012345678901, "t": "\\"", "u": 123456789012345678902}',
+        '{"é": 123456789012345678901, "x": "\u2028"}',
+        '[1e300, "x 123456789012345678901", -1.8446744073709552e19]',  # big floats, digits in a string: as parsed
+    ],
+)
+@pytest.mark.parametrize("kind", [str, bytes, bytearray, memoryview])
+def test_text_entry_points_read_integers_exactly(text: str, kind: type) -> None:
+    data: Any = text if kind is str else kind(text.encode())
+    want = json.loads(text)
+    assert repr(parse_json(data)) == repr(want)
+    assert repr(r3wire.loads(data)) == repr(want)
+
+
+@pytest.mark.parametrize("kind", [str, bytes])
+def test_integers_read_exactly_as_deep_as_orjson_reads(kind: type) -> None:
+    text = "[" * 1000 + "123456789012345678901" + "]" * 1000  # deeper than the stdlib parser reads
+    got = r3wire.loads(text if kind is str else text.encode())
+    for _ in range(1000):
+        assert type(got) is list
+        assert len(got) == 1
+        got = got[0]
+    assert got == 123456789012345678901
+
+
+def test_loads_keeps_big_integers_beside_a_cut_blob() -> None:
+    env = r3wire.encode_routes(np.zeros((4096, 2, 2), np.uint8), num_experts=2)
+    body = orjson.dumps({"routed_experts": env, "seed": 0}).replace(
+        b'"seed":0', b'"seed":340282366920938463463374607431768211457'
+    )
+    got = r3wire.loads(body)
+    assert got["seed"] == 2**128 + 1
+    assert type(got["seed"]) is int
+
+
+def test_version_of_two_to_the_64_is_unsupported_not_malformed() -> None:
+    text = ENVELOPE.format(shape="[0,1,1]", version=2**64)
+    with pytest.raises(UnsupportedVersionError) as info:
+        r3wire.decode_routes(text)
+    assert info.value.field == "version"
+    assert "18446744073709551616" in str(info.value)
+    with pytest.raises(UnsupportedVersionError) as info:
+        r3wire.loads(text)
+    assert info.value.field == "$.version"
+
+
+def test_shape_entries_are_quoted_as_the_integers_they_are() -> None:
+    with pytest.raises(
+        DecodeError, match=r"shape\[2\] must be an integer in 1\.\.9223372036854775807, got 18446744073709551616"
+    ):
+        r3wire.decode_routes(ENVELOPE.format(shape=f"[0,1,{2**64}]", version=1))
+
+
+@pytest.mark.parametrize("digits", [310, 400, MAX_INT_DIGITS])
+def test_shape_entry_of_hundreds_of_digits_is_named(digits: int) -> None:
+    with pytest.raises(DecodeError) as info:
+        r3wire.decode_routes(ENVELOPE.format(shape="[" + "9" * digits + ",1,1]", version=1))
+    assert info.value.field == "shape[0]"
+    assert "an integer in 0..9223372036854775807" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda t: r3wire.decode_routes(ENVELOPE.format(shape="[" + t + ",1,1]", version=1)), "shape[0]"),
+        (lambda t: r3wire.loads('{"a": ' + t + "}"), "$.a"),
+        (lambda t: r3wire.loads(("[" + t + "]").encode()), "$[0]"),
+        (r3wire.loads, "$"),
+        (lambda t: formats.read('{"data":"AQ==","shape":[1,1,1],"start":' + t + "}", "prime-rl"), "start"),
+        (
+            lambda t: formats.read_response(
+                '{"choices":[{"token_ids":['
+                + t
+                + '],"routed_experts":{"data":"AQ==","shape":[1,1,1],"dtype":"uint8"}}]}'
+            ),
+            "$.choices[0].token_ids[0]",
+        ),
+        (lambda t: r3wire.loads('{"a b": [' + t + "]}"), '$["a b"][0]'),
+    ],
+)
+def test_integer_of_more_digits_than_python_converts_is_refused_with_its_path(call: Any, field: str) -> None:
+    with pytest.raises(DecodeError) as info:
+        call("9" * 5000)
+    assert info.value.field == field
+    assert f"an integer of at most {MAX_INT_DIGITS} digits, got an integer of 5000 digits" in str(info.value)
+
+
+@pytest.mark.skipif(not hasattr(sys, "set_int_max_str_digits"), reason="Python without an int digit limit")
+def test_a_lower_interpreter_digit_limit_is_a_decode_error() -> None:
+    old = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(640)
+    try:
+        with pytest.raises(DecodeError, match="an integer of at most 640 digits, got an integer of 700 digits"):
+            r3wire.loads("[" + "1" * 700 + "]")
+        assert r3wire.loads("[" + "1" * 600 + "]") == [int("1" * 600)]
+    finally:
+        sys.set_int_max_str_digits(old)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{12345678901234567890: 1}",  # a number is no member name, even read exactly
+        "[0123456789012345678901]",
+        "[1 12345678901234567890]",
+        "[--12345678901234567890]",
+        "[" * 1100 + "123456789012345678901" + "]" * 1100,  # deeper than orjson reads: never a RecursionError
+        '["\\ud800", 123456789012345678901]',
+        "[" + "9" * 400 + ",]",
+    ],
+)
+def test_invalid_json_with_big_integers_stays_invalid(text: str) -> None:
+    with pytest.raises(DecodeError, match="invalid JSON"):
+        r3wire.loads(text)
+    with pytest.raises(DecodeError, match="invalid JSON"):
+        formats.read_response(text.encode())
+
+
+def test_nemo_dimensions_of_twenty_digits_get_the_range_message() -> None:
+    with pytest.raises(DecodeError) as info:
+        formats.read("nrlre1:int8:1x99999999999999999999x1:", "nemo-rl")
+    assert info.value.field == "shape[1]"
+    assert str(info.value) == "shape[1] must be an integer in 0..9223372036854775807, got 99999999999999999999"
+    with pytest.raises(DecodeError) as info:
+        formats.read("nrlre1:int8:" + "9" * 100_000 + "x1x1:", "nemo-rl")
+    assert info.value.field == "shape[0]"
+    assert "(an integer of 100000 digits)" in str(info.value)
+    with pytest.raises(DecodeError) as info:  # the first dimension out of range is named, whatever its length
+        formats.read("nrlre1:int8:9223372036854775808x" + "9" * 30 + "x1:", "nemo-rl")
+    assert info.value.field == "shape[0]"
+
+
+VALID = '"data":"AAECAw==","shape":[1,2,2],"dtype":"uint8","schema":"r3wire.routes","version":1'
+DUPLICATES = {
+    "data": VALID + ',"data":"AAAA"',
+    "version": VALID + ',"v\\u0065rsion":2',
+    "dtype": VALID + ',"dtype":"<i4"',
+}
+
+
+@pytest.mark.parametrize("name", sorted(DUPLICATES))
+@pytest.mark.parametrize("kind", [str, bytes])
+def test_loads_reports_a_repeated_member_before_decoding(name: str, kind: type) -> None:
+    members = DUPLICATES[name]
+    for text, field in (("{" + members + "}", "$"), ('{"routed_experts":{' + members + "}}", "$.routed_experts")):
+        data: Any = text if kind is str else text.encode()
+        with pytest.raises(DecodeError) as info:
+            r3wire.loads(data)
+        assert type(info.value) is DecodeError  # not UnsupportedVersionError for the repeated version
+        assert info.value.field == field
+        assert f"an envelope with unique member names, got {name!r} twice" in str(info.value)
+    with pytest.raises(DecodeError) as info:  # what decode_routes says of the same envelope
+        r3wire.decode_routes("{" + members + "}")
+    assert type(info.value) is DecodeError
+    assert info.value.field is None
+
+
+def test_loads_reports_a_repeated_member_before_decoding_a_cut_blob() -> None:
+    env = r3wire.encode_routes(np.zeros((4096, 2, 2), np.uint8), num_experts=2)
+    text = orjson.dumps({"routed_experts": env})[:-2] + b',"version":2}}'
+    with pytest.raises(DecodeError) as info:
+        r3wire.loads(text)
+    assert type(info.value) is DecodeError
+    assert info.value.field == "$.routed_experts"
