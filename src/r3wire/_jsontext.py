@@ -20,7 +20,7 @@ import orjson
 
 from r3wire.errors import DecodeError
 
-__all__ = ["MAX_INT_DIGITS", "parse_json"]
+__all__ = ["MAX_INT_DIGITS", "parse_json", "string_end"]
 
 # An integer token of more digits is refused: Python converts decimal text to int in quadratic time and refuses
 # more than 4300 digits by default (sys.set_int_max_str_digits), and no r3wire field holds such a number.
@@ -238,8 +238,9 @@ def _digits_only(words: np.ndarray[Any, np.dtype[np.uint64]]) -> np.ndarray[Any,
     return digits
 
 
-def _string_end(text: Any, start: int, quote: Any, backslash: Any) -> int:
-    """The index just past the closing quote of the string opening at ``start``, or -1 if it is not closed."""
+def string_end(text: Any, start: int, quote: Any, backslash: Any) -> int:
+    """The index just past the closing quote of the JSON string opening at ``start`` (an even number of
+    backslashes before a quote: it is not escaped), or -1 if it is not closed."""
     close = text.find(quote, start + 1)
     while close >= 0:
         escapes = 0
@@ -289,7 +290,7 @@ def _parse_exact(text: str | bytes | bytearray | memoryview, root: str) -> Any:
             prev = match.end()
         if opening < 0:
             break
-        pos = _string_end(data, opening, quote, backslash)
+        pos = string_end(data, opening, quote, backslash)
         if pos < 0:
             break
     if not tokens:

@@ -14,7 +14,7 @@ from typing import Any, Final, Literal, TypeGuard
 import numpy as np
 import orjson
 
-from r3wire._jsontext import parse_json
+from r3wire._jsontext import parse_json, string_end
 from r3wire.errors import DecodeError, R3WireError, describe
 
 __all__ = [
@@ -412,7 +412,7 @@ def _scan(text: str | bytes | bytearray, *, budget: int | None) -> str | Literal
         start = match.start()
         char = data[start : start + 1]
         if char == quote:
-            pos = _string_end(data, start, quote, backslash)
+            pos = string_end(data, start, quote, backslash)
             if objects and (names := objects[-1]) is not None and match_colon(data, pos):
                 raw = data[start:pos]
                 name: str = (
@@ -432,18 +432,6 @@ def _scan(text: str | bytes | bytearray, *, budget: int | None) -> str | Literal
             objects.pop()
             pos = start + 1
     return None
-
-
-def _string_end(text: Any, start: int, quote: Any, backslash: Any) -> int:
-    """The index just past the closing quote of the JSON string opening at ``start`` (valid JSON)."""
-    close = text.find(quote, start + 1)
-    while True:
-        escapes = 0
-        while text[close - 1 - escapes : close - escapes] == backslash:
-            escapes += 1
-        if escapes % 2 == 0:
-            return int(close) + 1
-        close = text.find(quote, close + 1)
 
 
 def check_keys(
