@@ -18,6 +18,7 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
+from r3wire._jsonpath import json_path
 from r3wire.errors import DecodeError
 
 __all__ = ["MAX_INT_DIGITS", "parse_json", "string_end"]
@@ -360,14 +361,9 @@ def _check(value: int | None, token: str, limit: int, root: str, parts: list[obj
     """
     if value is not None:
         return value
-    field = root
-    for part in parts:
-        if isinstance(part, int):
-            field += f"[{part}]"
-        elif isinstance(part, str) and part.isidentifier():
-            field = f"{field}.{part}" if field else part
-        else:
-            field += f"[{orjson.dumps(str(part)[:64]).decode()}]"
+    field = json_path(parts)
+    if not root:  # member names alone: shape[0], not $.shape[0]
+        field = field[1:].removeprefix(".")
     digits = len(token) - token.startswith("-")
     raise DecodeError.make(
         field or None, f"an integer of at most {limit} digits", f"an integer of {digits} digits", raw=True

@@ -26,7 +26,7 @@ import operator
 import os
 import re
 from collections.abc import Callable, Collection, Iterator, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import numpy as np
 import orjson
@@ -35,12 +35,13 @@ from r3wire._arraylike import as_numpy, is_tensor
 from r3wire._base64 import b64encode_bytes, encoded_length
 from r3wire._bytesearch import find_byte
 from r3wire._envelope import build_envelope
+from r3wire._jsonpath import json_path as _path
 from r3wire._jsontext import parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._validate import as_text, optional_max_elements, plain_str
 from r3wire._walk import EXIT, Guard, holds_any
 from r3wire.arrays import array_wire, decode_array
-from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
+from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.logprobs import (
     LOGPROB_FLOOR,
     _logprob_kind,
@@ -112,42 +113,6 @@ class _PathError(Exception):
         self.error = error
         self.prefix = prefix  # the field name the encoder used for the value itself ("routes", "array")
         self.parts = list(parts)
-
-
-# A path names where a problem is; it must not grow an error message without bound (a 100 KB key, a document
-# nested a thousand deep). Longer keys and paths are shortened visibly; ReadResult.parts keeps the exact keys.
-_MAX_KEY: Final = 64
-_MAX_PARTS: Final = 32
-
-
-def _path(parts: Sequence[object], *, exact: bool = False) -> str:
-    """A JSONPath-like location: ``$.choices[0].routed_experts``; other keys quoted as JSON, ``$["a b"]``.
-
-    For an error message (the default), a key over 64 characters is cut (``["abc..." (100000 characters)]``) and
-    a path over 32 parts keeps its first and last 16 around ``...(n more)``. ``exact`` writes every key in full.
-    """
-    shown: Sequence[object] = parts
-    if len(parts) > _MAX_PARTS and not exact:
-        half = _MAX_PARTS // 2
-        shown = [*parts[:half], _Elided(len(parts) - 2 * half), *parts[-half:]]
-    out = ["$"]
-    for part in shown:
-        if isinstance(part, _Elided):
-            out.append(f"...({part.parts} more)")
-        elif isinstance(part, str):
-            if len(part) > _MAX_KEY and not exact:
-                out.append(f"[{orjson.dumps(part[: _MAX_KEY - 3] + '...').decode()} ({len(part)} characters)]")
-            else:
-                out.append(f".{part}" if part.isidentifier() else f"[{orjson.dumps(part).decode()}]")
-        elif isinstance(part, int) and not isinstance(part, bool):
-            out.append(f"[{part}]")
-        else:  # a non-string key (orjson.OPT_NON_STR_KEYS)
-            out.append(f"[{part!r}]" if exact else f"[{describe(part)}]")
-    return "".join(out)
-
-
-class _Elided(NamedTuple):
-    parts: int
 
 
 def _relocate(error: R3WireError, path: str, prefix: str | None = None) -> R3WireError:

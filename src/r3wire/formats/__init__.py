@@ -25,6 +25,7 @@ from typing import Any, Final, Literal, overload
 import numpy as np
 
 from r3wire._arraylike import as_numpy
+from r3wire._jsonpath import json_path as _path
 from r3wire._routecheck import optional_num_experts
 from r3wire._validate import check_int, check_shape, optional_max_elements, plain_str
 from r3wire._walk import Guard
@@ -79,7 +80,7 @@ from r3wire.formats._response import (
     routes_identity,
 )
 from r3wire.formats._sglang import SGLANG_DTYPES, read_sglang, write_sglang
-from r3wire.response import _as_text, _path
+from r3wire.response import _as_text
 from r3wire.schema import KEY_DATA, KEY_DTYPE, KEY_SCHEMA, KEY_SHAPE, KEY_VERSION
 
 __all__ = [

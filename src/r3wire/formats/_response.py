@@ -19,6 +19,7 @@ from typing import Any, Final, NamedTuple
 
 import numpy as np
 
+from r3wire._jsonpath import json_path as _path
 from r3wire._walk import EXIT, Guard, holds_any
 from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
@@ -31,7 +32,7 @@ from r3wire.logprobs import (
     logprob_value,
     read_logprobs_content,
 )
-from r3wire.response import _path, _relocate
+from r3wire.response import _relocate
 from r3wire.schema import ARRAY_SCHEMA, KEY_SCHEMA, LOGPROBS_SCHEMA, ROUTES_SCHEMA
 
 __all__ = [
