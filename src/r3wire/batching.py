@@ -482,25 +482,36 @@ def validate_routes(
         _check_distinct(arr, f"samples[{i}]")
 
 
-def _from_traces(samples: object, token_lengths: object, replayed: object) -> tuple[Any, Any, Any, bool]:
+def _from_traces(
+    samples: object, token_lengths: object, replayed: object, *, lengths_required: bool = False
+) -> tuple[Any, Any, Any]:
     """Samples that are :class:`RouteTrace` objects as the arrays, token lengths and row masks they hold.
 
-    Returns ``(samples, token_lengths, replayed, traces)``, unchanged (``traces`` False) when no sample is a trace.
-    Each trace's rows come from :meth:`RouteTrace.finalize` at its token length (``token_lengths[i]`` when
-    given, else its recorded token count) and its row mask from :attr:`RouteTrace.replayed`: the pieces a caller
-    would otherwise pass by hand, where forgetting the mask replays padding rows as routes.
+    Returns ``(samples, token_lengths, replayed)``, unchanged when no sample is a trace. Each trace's rows come
+    from :meth:`RouteTrace.finalize` at its token length (``token_lengths[i]`` when given, else its recorded token
+    count) and its row mask from :attr:`RouteTrace.replayed`: the pieces a caller would otherwise pass by hand,
+    where forgetting the mask replays padding rows as routes. ``lengths_required``: traces need ``token_lengths``
+    (pack_routes, whose result has the mask only then).
 
     Raises:
-        R3WireError: traces mixed with arrays, ``replayed`` given with traces, a trace never added to, or a trace
-            without token ids and no ``token_lengths``; a token length below a trace's rows or recorded tokens.
+        R3WireError: traces mixed with arrays, ``replayed`` given with traces, ``token_lengths`` missing where
+            required, a trace never added to, or a trace without token ids and no ``token_lengths``; a token
+            length below a trace's rows or recorded tokens.
     """
     if not isinstance(samples, (list, tuple)) or not any(isinstance(sample, RouteTrace) for sample in samples):
-        return samples, token_lengths, replayed, False
+        return samples, token_lengths, replayed
     for i, sample in enumerate(samples):
         if not isinstance(sample, RouteTrace):
             raise _fail(
                 f"samples[{i}]", "a RouteTrace, as every sample (traces and arrays are not mixed)", describe(sample)
             )
+    if token_lengths is None and lengths_required:
+        # Without token_lengths the result has no mask, and a trace's rows no call replayed would pass as routes.
+        raise _fail(
+            "token_lengths",
+            "given with RouteTrace samples (e.g. [len(t.token_ids) for t in traces]): the result then has the mask",
+            "None",
+        )
     if replayed is not None:
         raise _fail("replayed", "None (each RouteTrace says which of its rows were replayed)", "row masks")
     lengths: list[int | None]
@@ -511,24 +522,24 @@ def _from_traces(samples: object, token_lengths: object, replayed: object) -> tu
     arrays: list[Array] = []
     masks: list[Array | None] = []
     totals: list[int] = []
-    for i, (trace, length) in enumerate(zip(samples, lengths, strict=True)):
+    for i, (trace, given) in enumerate(zip(samples, lengths, strict=True)):
         if trace.dtype is None:
             raise _fail(f"samples[{i}]", "a RouteTrace with at least one add()", "an empty RouteTrace")
-        if length is None and trace.token_ids is None:
-            raise _fail(
-                "token_lengths",
-                f"given (samples[{i}] is a RouteTrace that recorded no token ids)",
-                "None",
-            )
+        recorded = trace.token_ids
+        if given is not None:
+            length = given
+        elif recorded is not None:
+            length = recorded.shape[0]
+        else:
+            raise _fail("token_lengths", f"given (samples[{i}] is a RouteTrace that recorded no token ids)", "None")
         try:
             routes, _ = trace.finalize(length)
         except R3WireError as exc:
             raise _fail(f"token_lengths[{i}]", str(exc.expected), exc.got) from None
         arrays.append(routes)
         masks.append(trace.replayed)
-        recorded = trace.token_ids
-        totals.append(length if length is not None else 0 if recorded is None else recorded.shape[0])
-    return arrays, totals, masks, True
+        totals.append(length)
+    return arrays, totals, masks
 
 
 def pad_routes(
@@ -598,7 +609,7 @@ def pad_routes(
             trace, ``replayed`` given, a trace never added to, one without token ids and no ``token_lengths``, or
             a token length below a trace's rows or recorded tokens.
     """
-    samples, token_lengths, replayed, _ = _from_traces(samples, token_lengths, replayed)
+    samples, token_lengths, replayed = _from_traces(samples, token_lengths, replayed)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     kind = _fill_kind(fill, n_experts)
@@ -1014,14 +1025,7 @@ def pack_routes(
             the total rows exceed ``max_elements`` (or int64, whatever the limit); :class:`RouteTrace` samples
             without ``token_lengths``.
     """
-    if token_lengths is None and isinstance(samples, (list, tuple)) and any(isinstance(x, RouteTrace) for x in samples):
-        # Without token_lengths the result has no mask, and a trace's rows no call replayed would pass as routes.
-        raise _fail(
-            "token_lengths",
-            "given with RouteTrace samples (e.g. [len(t.token_ids) for t in traces]): the result then has the mask",
-            "None",
-        )
-    samples, token_lengths, replayed, _ = _from_traces(samples, token_lengths, replayed)
+    samples, token_lengths, replayed = _from_traces(samples, token_lengths, replayed, lengths_required=True)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     kind = _fill_kind(fill, n_experts)
@@ -1207,44 +1211,42 @@ def _select_layers(routes: Array, layers: slice | Sequence[int] | None) -> Array
 def _result_tokens(result: ReadResult, token_ids: object, limit: int | None) -> Array:
     """A read response's call tokens: the response's own, or the given ones checked against what it carries."""
     if token_ids is None:
-        if result.prompt_token_ids is None or result.token_ids is None:
-            lacking = "prompt_token_ids" if result.prompt_token_ids is None else "token_ids"
+        try:
+            return result.call_token_ids()
+        except R3WireError as exc:  # the response lacks prompt_token_ids or token_ids: the caller must give them
             raise _fail(
                 "token_ids",
                 "the call's token ids, prompt then completion: carried by the response (vLLM return_token_ids, "
                 "SGLang return_prompt_token_ids) or passed as token_ids=",
-                f"a response without {lacking}",
-            )
-        return result.call_token_ids()
+                f"a response without {exc.field}",
+            ) from None
     tokens = _as_tokens(token_ids, "token_ids", limit=limit)
-    if result.prompt_token_ids is not None and result.token_ids is not None:
+    if result.token_ids is None:
+        return tokens  # nothing in the response to check them against
+    if result.prompt_token_ids is not None:
         own = result.call_token_ids()
         expected = "the response's own prompt_token_ids + token_ids"
-    elif result.token_ids is not None:
-        own = result.token_ids
-        if tokens.shape[0] < own.shape[0]:
-            raise _fail(
-                "token_ids",
-                f"the call's whole sequence, ending with the response's {own.shape[0]} completion token ids",
-                f"{tokens.shape[0]} token ids",
-            )
-        tokens_end = tokens[tokens.shape[0] - own.shape[0] :]
-        at = _first_difference(own, tokens_end)
+        at = _first_difference(own, tokens)
         if at is not None:
-            position = tokens.shape[0] - own.shape[0] + at
-            raise _fail(
-                f"token_ids[{position}]",
-                f"{int(own[at])}, the response's completion token {at} (token_ids must end with result.token_ids)",
-                int(tokens[position]),
-            )
+            raise _fail(f"token_ids[{at}]", f"{int(own[at])} ({expected})", int(tokens[at]))
+        if own.shape[0] != tokens.shape[0]:
+            raise _fail("token_ids", f"{own.shape[0]} token ids ({expected})", f"{tokens.shape[0]} token ids")
         return tokens
-    else:
-        return tokens
-    at = _first_difference(own, tokens)
+    completion = result.token_ids  # the body carries only these: the given sequence must end with them
+    first = tokens.shape[0] - completion.shape[0]
+    if first < 0:
+        raise _fail(
+            "token_ids",
+            f"the call's whole sequence, ending with the response's {completion.shape[0]} completion token ids",
+            f"{tokens.shape[0]} token ids",
+        )
+    at = _first_difference(completion, tokens[first:])
     if at is not None:
-        raise _fail(f"token_ids[{at}]", f"{int(own[at])} ({expected})", int(tokens[at]))
-    if own.shape[0] != tokens.shape[0]:
-        raise _fail("token_ids", f"{own.shape[0]} token ids ({expected})", f"{tokens.shape[0]} token ids")
+        raise _fail(
+            f"token_ids[{first + at}]",
+            f"{int(completion[at])}, the response's completion token {at} (token_ids must end with result.token_ids)",
+            int(tokens[first + at]),
+        )
     return tokens
 
 

@@ -44,7 +44,6 @@ from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.logprobs import (
     LOGPROB_FLOOR,
-    _logprob_kind,
     _show_non_finite,
     as_float_array,
     clamp_logprobs,
@@ -428,12 +427,9 @@ class _Writer:
     def _logprob_list(self, items: Sequence[Any]) -> Sequence[Any]:
         """A flat list of logprobs under a logprobs key, with ``clamp_logprobs``: clamped as an array would be
         (non-finite and ``None`` to the floor, reported), and written as a list. Anything else is a plain list."""
-        kinds = set(map(type, items))
-        if not items or not all(k is type(None) or _logprob_kind(k) is not None for k in kinds):
-            return self._list(items)
         try:
-            result = clamp_logprobs(items)
-        except R3WireError:  # not logprobs by the one value rule (an int a float64 cannot hold): a plain list
+            result = clamp_logprobs(items)  # a sequence's values are read by the one logprob value rule
+        except R3WireError:  # not logprobs by that rule (a string, a container, a bool...): a plain list
             return self._list(items)
         if not result.num_clamped:
             return self._list(items)

@@ -678,6 +678,8 @@ def read_response(
     # one string in two choices) is read again, and counts what its first reading yielded: the routes' ids, and the
     # token ids and logprobs read beside them (a shared choice's long token_ids costs as much as its routes).
     guard = Guard(body, _path)
+    opts = ReadOptions(num_layers=layers, top_k=slots, num_experts=experts, max_elements=limit)
+    sglang_opts = dataclasses.replace(opts, dtype=sglang_dtype)  # only SGLang's bare string needs a dtype
     for found in find_routes(body, guard):
         identity = routes_identity(found)
         guard.decoding(identity, functools.partial(_path, found.parts))
@@ -698,14 +700,7 @@ def read_response(
             name, value = _detect(payload, has_shape=has_shape, nested=None if wrapped else KEY_ROUTED_EXPERTS)
             # The value _detect chose, read as it is: read() would take an object holding routed_experts (an
             # envelope with a stray member) for a choice and read that member instead.
-            opts = ReadOptions(
-                num_layers=layers,
-                top_k=slots,
-                dtype=sglang_dtype if name == "sglang" else None,
-                num_experts=experts,
-                max_elements=limit,
-            )
-            result = _read_as(name, value, opts)
+            result = _read_as(name, value, sglang_opts if name == "sglang" else opts)
         except R3WireError as exc:
             raise _placed(exc, found.parts, found.value, wrapped=wrapped) from exc
         beside = beside_routes(found, max_elements=limit)
