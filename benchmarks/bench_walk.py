@@ -7,6 +7,8 @@ The body is what a vLLM chat completion returns for one 8k-token call of a Qwen3
 base64 ``.npy`` string, ``token_ids``, the response's ``prompt_token_ids`` and ``logprobs.content`` (one object per
 completion token, with its ``bytes`` and ``top_logprobs`` lists). The walkers guard every in-process document
 against reference cycles and shared containers; this measures what that costs on a document that has neither.
+``dumps``/``loads`` rows write the body with the routes as an array (the envelope ``dumps`` makes) and read that
+text back: their long ``logprobs.content`` list is what ``dumps``/``loads`` first hand to orjson in pieces.
 Run it against two checkouts (``PYTHONPATH=<checkout>/src``) to compare. Times are wall-clock medians on a shared
 machine, each beside ``orjson.loads`` of the same body in the same run (the ratio is what to compare).
 """
@@ -84,8 +86,14 @@ def run(tokens: int, top_logprobs: int, repeats: int) -> dict[str, Any]:
     parsed = orjson.loads(text)
     (result,) = formats.read_response(parsed, num_experts=EXPERTS)
     assert result.routes.shape == (tokens - 1, LAYERS, TOP_K)
+    # What a server writes: the same body with the routes as an array (dumps makes the envelope), and its text.
+    served = dict(parsed, choices=[dict(parsed["choices"][0], routed_experts=result.routes)])
+    served_text = r3wire.dumps(served, num_experts=EXPERTS)
     cases = [
         ("orjson.loads(text) (reference)", lambda: orjson.loads(text)),
+        ("orjson.dumps(parsed)", lambda: orjson.dumps(parsed)),
+        ("dumps(parsed, routes array)", lambda: r3wire.dumps(served, num_experts=EXPERTS)),
+        ("loads(its text)", lambda: r3wire.loads(served_text)),
         ("find_routes(parsed)", lambda: list(find_routes(parsed))),
         ("detect(parsed)", lambda: _detect(parsed)),
         ("read_response(parsed)", lambda: formats.read_response(parsed, num_experts=EXPERTS)),

@@ -19,6 +19,7 @@ import dataclasses
 import enum
 import functools
 import io
+import itertools
 import json
 import logging
 import math
@@ -143,6 +144,10 @@ def _relocate(error: R3WireError, path: str, prefix: str | None = None) -> R3Wir
 # numbers or strings then cost ~30 ns an item instead of ~80 ns for the Python loop.
 _LONG_LIST: Final = 16
 _INERT_TYPES: Final = frozenset({str, int, bool, type(None)})
+# Longer lists are first written by orjson, in pieces of _PROBE_STEP items (a piece's text stays well below a
+# body, and a value the walk must see sends only its own piece through the walk): see _Writer._as_is.
+_PROBE_MIN: Final = 64
+_PROBE_STEP: Final = 512
 _NUMBER_TYPES: Final = frozenset({int, float, bool})
 
 
@@ -213,6 +218,11 @@ def _json_name(value: object) -> str | None:
         value = value.value
     plain = plain_str(value)
     return plain if isinstance(plain, str) else None
+
+
+def _refuse(value: object) -> None:
+    """orjson's ``default`` for a value it cannot write: refused (see _Writer._as_is)."""
+    raise TypeError(type(value).__name__)
 
 
 def _inert(items: Sequence[Any]) -> bool:
@@ -363,6 +373,7 @@ class _Writer:
         "option",
         "pack_bits",
         "path",
+        "probe_option",
         "routes_keys",
         "splice",
     )
@@ -385,6 +396,11 @@ class _Writer:
         self.clamp = clamp
         self.splice = splice
         self.option = option or 0
+        # The options that decide what orjson refuses or how it writes a value's text, for _as_is; with
+        # OPT_SERIALIZE_NUMPY it would write the arrays and scalars the walk must see.
+        self.probe_option = self.option & ~(
+            orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+        )
         self.non_str_keys = bool(self.option & orjson.OPT_NON_STR_KEYS)  # checked per dict: a bool, not a mask
         # A placeholder must not occur anywhere else in the output; a random nonce per call makes that
         # impossible to arrange, and _segments checks it anyway. Made with the first blob: small documents have none.
@@ -517,10 +533,37 @@ class _Writer:
     def _list(self, items: Sequence[Any]) -> Sequence[Any]:
         if _inert(items):  # token ids, logprobs: skip the per-item loop
             return items
-        out: list[Any] | None = None
+        count = len(items)
+        if count < _PROBE_MIN or (type(items) is not list and type(items) is not tuple):
+            out = self._items(items, 0, count, None)
+        else:
+            out = None
+            for start in range(0, count, _PROBE_STEP):
+                stop = min(start + _PROBE_STEP, count)
+                if not self._as_is(items[start:stop]):
+                    out = self._items(items, start, stop, out)
+        return items if out is None else out
+
+    def _as_is(self, piece: Sequence[Any]) -> bool:
+        """True if the walk would neither change nor refuse anything in ``piece``, proved by orjson writing it.
+
+        Walking a long list of small objects (a chat completion's ``logprobs.content``) in Python cost about ten
+        times orjson's own writing of it, so orjson writes it once first: arrays, NumPy scalars and everything
+        else it cannot write go to a ``default`` that refuses them, a NaN or infinity is written as ``null``
+        (found with every ``None``, a cheap superset), and an object naming an r3wire schema spells it. A piece
+        with none of these is written exactly as it is; any other piece is walked as before.
+        """
+        try:
+            text = orjson.dumps(piece, default=_refuse, option=self.probe_option)
+        except Exception:  # whatever orjson or a caller's object raises, the walk meets it and reports it
+            return False
+        return b"null" not in text and b'"r3wire.' not in text
+
+    def _items(self, items: Sequence[Any], start: int, stop: int, out: list[Any] | None) -> list[Any] | None:
+        """Walk ``items[start:stop]``; ``out`` is the copy made at the first changed item (None until then)."""
         path = self.path
         isfinite = math.isfinite
-        for index, item in enumerate(items):
+        for index, item in enumerate(itertools.islice(items, start, stop), start):
             cls = type(item)
             if cls is str or cls is int or cls is bool or item is None or (cls is float and isfinite(item)):
                 continue
@@ -531,7 +574,7 @@ class _Writer:
                 if out is None:
                     out = list(items)
                 out[index] = new
-        return items if out is None else out
+        return out
 
     def _array(self, value: Any, kind: int) -> dict[str, Any]:
         try:
@@ -1033,19 +1076,44 @@ class _Reader:
                     elif cls is list or cls is _TupleList:
                         stack.append(item)
             else:
-                if len(node) >= _LONG_LIST and not _CONTAINER_TYPES.intersection(map(type, node)):
+                count = len(node)
+                if count >= _LONG_LIST and not _CONTAINER_TYPES.intersection(map(type, node)):
                     continue  # token ids, logprobs: nothing to look at
-                for index, item in enumerate(node):
-                    cls = type(item)
-                    if cls is dict:
-                        if self._is_envelope(item):
-                            self._count(item)
-                            containers.append(node)
-                            keys.append(index)
-                        else:
+                for start, stop in self._unseen(node) if count >= _PROBE_MIN else ((0, count),):
+                    for index in range(start, stop):
+                        item = node[index]
+                        cls = type(item)
+                        if cls is dict:
+                            if self._is_envelope(item):
+                                self._count(item)
+                                containers.append(node)
+                                keys.append(index)
+                            else:
+                                stack.append(item)
+                        elif cls is list or cls is _TupleList:
                             stack.append(item)
-                    elif cls is list or cls is _TupleList:
-                        stack.append(item)
+
+    def _unseen(self, items: list[Any]) -> list[tuple[int, int]]:
+        """The spans of a long list that :meth:`_visit` must look into; counts the member names of the rest.
+
+        Visiting a long list of small objects (a chat completion's ``logprobs.content``) in Python cost about
+        twice orjson's parse of it, so orjson writes it first, in pieces: a piece whose text holds no
+        ``"r3wire`` holds no envelope and no cut blob (their schema names and placeholders start so), and its
+        objects' member names that an envelope may have are counted in that text, where orjson writes every key
+        plainly and a string followed by a colon is always a key.
+        """
+        spans: list[tuple[int, int]] = []
+        for start in range(0, len(items), _PROBE_STEP):
+            stop = min(start + _PROBE_STEP, len(items))
+            try:
+                text = orjson.dumps(items[start:stop], default=_refuse)
+            except Exception:  # not JSON orjson writes (a document built in process): visited as before
+                text = None
+            if text is None or b'"r3wire' in text:
+                spans.append((start, stop))
+            else:
+                self.names += _count(text, _NAME_KEY_PLAIN_RE, _NAME_KEY_PLAIN_TEXT_RE)
+        return spans
 
     def _restore(self, node: dict[str, Any]) -> None:
         """Put back a long "data" string that was cut out of an object that is not an envelope."""
@@ -1098,6 +1166,9 @@ _NAME_KEY_TEXT_RE: Final = re.compile(_NAME_KEY.decode())
 _ANY_KEY_RE: Final = re.compile(rb'[{,\s]"((?:[^"\\]|\\.)*)"\s*:')
 _ANY_KEY_TEXT_RE: Final = re.compile(_ANY_KEY_RE.pattern.decode())
 _NAME_RE: Final = re.compile(rb'"(?:data|shape|dtype|schema|version|num_experts|bits)"')
+# Such a name as a key in text orjson wrote (compact, every key spelled plainly).
+_NAME_KEY_PLAIN_RE: Final = re.compile(_NAME_RE.pattern + b":")
+_NAME_KEY_PLAIN_TEXT_RE: Final = re.compile(_NAME_KEY_PLAIN_RE.pattern.decode())
 _NAME_TEXT_RE: Final = re.compile(_NAME_RE.pattern.decode())
 
 
