@@ -13,6 +13,7 @@ every value is finite. The encoder refuses a non-finite value unless asked to cl
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import sys
@@ -506,6 +507,22 @@ def build_logprobs_content(values: Any) -> dict[str, list[dict[str, float]]]:
     return {KEY_CONTENT: [{KEY_LOGPROB: x} for x in array.tolist()]}
 
 
+_ENTRY_TYPES: Final = frozenset({dict})
+_PLAIN_LOGPROB_TYPES: Final = frozenset({float, type(None)})
+
+
+def _plain_logprobs(content: Sequence[Any]) -> list[float | None] | None:
+    """Every entry's logprob, read in C, when every entry is a dict whose logprob is a float or absent or
+    ``null`` (a parsed body's content); None otherwise (the per-entry loop then reads and names each one).
+
+    ``np.array(..., float64)`` reads such a list exactly as the loop does: a float as itself, ``None`` as NaN.
+    """
+    if type(content) is not list or not _ENTRY_TYPES.issuperset(map(type, content)):
+        return None
+    values: list[float | None] = list(map(dict.get, content, itertools.repeat(KEY_LOGPROB)))
+    return values if _PLAIN_LOGPROB_TYPES.issuperset(map(type, values)) else None
+
+
 def read_logprobs_content(
     payload: Any,
     *,
@@ -538,6 +555,21 @@ def read_logprobs_content(
     content = obj[KEY_CONTENT]
     if not isinstance(content, (list, tuple)):
         raise DecodeError.make(KEY_CONTENT, "an array of entries", type(content).__name__, raw=True)
+    numbers: Sequence[float | None] | None = _plain_logprobs(content)
+    if numbers is None:
+        numbers = _entry_logprobs(content)
+    result = _clamp(np.array(numbers, dtype=np.float64), fresh=True, floor=floor)
+    if result.num_clamped and request_id is not None:
+        _warn_clamped(result.num_clamped, len(numbers), floor, request_id)
+    return result
+
+
+def _entry_logprobs(content: Sequence[Any]) -> list[float]:
+    """Each entry's logprob by the one value rule, ``null`` entries and logprobs as NaN.
+
+    Raises:
+        DecodeError: an entry is not an object or ``null``, or its logprob is neither a number nor ``null``.
+    """
     numbers: list[float] = []
     append = numbers.append
     for i, entry in enumerate(content):
@@ -557,7 +589,4 @@ def read_logprobs_content(
             append(math.nan)
         else:
             append(logprob_value(value, KEY_CONTENT, i, _SUFFIX))
-    result = _clamp(np.array(numbers, dtype=np.float64), fresh=True, floor=floor)
-    if result.num_clamped and request_id is not None:
-        _warn_clamped(result.num_clamped, len(numbers), floor, request_id)
-    return result
+    return numbers

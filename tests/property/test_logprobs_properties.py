@@ -7,6 +7,7 @@ import json
 import math
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import orjson
@@ -23,6 +24,7 @@ from r3wire import (
     clamp_logprobs,
     decode_logprobs,
     encode_logprobs,
+    logprobs,
     read_logprobs_content,
 )
 from r3wire.formats import read_response
@@ -296,3 +298,52 @@ def test_every_logprob_form_reads_a_value_by_one_rule(values: list[Any]) -> None
     # the value it names may be another one).
     with pytest.raises(EncodeError, match=r"^values\[\d+\] must be "):
         clamp_logprobs(values)
+
+
+CONTENT_LOGPROBS = st.one_of(
+    st.floats(width=64),
+    st.none(),
+    st.just("absent"),
+    st.integers(-(2**60), 2**60),
+    st.booleans(),
+    st.text(max_size=3),
+    NUMPY_SCALARS,
+)
+
+
+@st.composite
+def content_lists(draw: st.DrawFn) -> Any:
+    """A logprobs ``content`` list: mostly what a parsed body holds (dicts with a float or ``null`` logprob), with at
+    times an entry or a logprob of another kind."""
+    entries: list[Any] = []
+    for _ in range(draw(st.integers(0, 40))):
+        kind = draw(st.sampled_from(["plain", "plain", "plain", "odd", "null", "other"]))
+        if kind == "null":
+            entries.append(None)
+        elif kind == "other":
+            entries.append(draw(JSON_LEAVES))
+        else:
+            value = draw(st.floats(width=64)) if kind == "plain" else draw(CONTENT_LOGPROBS)
+            entry: dict[str, Any] = {"token": "t", "bytes": [116]}
+            if not (isinstance(value, str) and value == "absent"):
+                entry["logprob"] = value
+            entries.append(entry)
+    return tuple(entries) if draw(st.integers(0, 9)) == 0 else entries  # a tuple: never read in C
+
+
+@given(content_lists())
+def test_content_read_in_c_equals_the_entry_loop(content: Any) -> None:
+    """The C read of a parsed body's content (every entry a dict, every logprob a float or ``null``) gives exactly
+    the values, the count and the error the per-entry loop gives."""
+
+    def outcome() -> Any:
+        try:
+            result = read_logprobs_content({"content": content})
+        except DecodeError as exc:
+            return ("error", exc.field, str(exc))
+        return (result.values.tobytes(), result.num_clamped)
+
+    fast = outcome()
+    with mock.patch.object(logprobs, "_plain_logprobs", return_value=None):
+        slow = outcome()
+    assert fast == slow
