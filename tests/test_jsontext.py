@@ -133,7 +133,6 @@ def test_a_lower_interpreter_digit_limit_is_a_decode_error() -> None:
         "[1 12345678901234567890]",
         "[--12345678901234567890]",
         "[" * 1100 + "123456789012345678901" + "]" * 1100,  # deeper than orjson reads: never a RecursionError
-        '["\\ud800", 123456789012345678901]',
         "[" + "9" * 400 + ",]",
     ],
 )
@@ -142,6 +141,14 @@ def test_invalid_json_with_big_integers_stays_invalid(text: str) -> None:
         r3wire.loads(text)
     with pytest.raises(DecodeError, match="invalid JSON"):
         formats.read_response(text.encode())
+
+
+def test_a_lone_surrogate_beside_a_big_integer_is_named_at_its_path() -> None:
+    text = '["\\ud800", 123456789012345678901]'
+    for read in (r3wire.loads, formats.read_response):
+        with pytest.raises(DecodeError, match="no lone surrogate") as info:
+            read(text.encode())
+        assert info.value.field == "$[0]"
 
 
 def test_nemo_dimensions_of_twenty_digits_get_the_range_message() -> None:

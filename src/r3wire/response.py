@@ -38,6 +38,7 @@ from r3wire._envelope import build_envelope
 from r3wire._jsonpath import json_path as _path
 from r3wire._jsontext import parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
+from r3wire._utf8 import NotUtf8, first_not_utf8
 from r3wire._validate import as_text, optional_max_elements, plain_str
 from r3wire._walk import EXIT, Guard, holds_any
 from r3wire.arrays import array_wire, decode_array
@@ -908,7 +909,21 @@ def _write(obj: Any, writer: _Writer, option: int | None) -> bytes:
     try:
         return orjson.dumps(prepared, option=option)
     except orjson.JSONEncodeError as exc:
+        # orjson names no location for a string that is not UTF-8: found here, on this path only.
+        found = first_not_utf8(prepared) if "UTF-8" in str(exc) else None
+        if found is not None:
+            raise _not_utf8_error(found) from exc
         raise EncodeError.make("$", "JSON-serializable", str(exc), raw=True) from exc
+
+
+def _not_utf8_error(found: NotUtf8) -> R3WireError:
+    """The error for a string dumps cannot write (JSON text is UTF-8, which has no lone surrogate), at its path."""
+    return EncodeError.make(
+        _path(found.parts),
+        "a string UTF-8 can encode (no lone surrogate)",
+        f"a lone surrogate {ascii(found.text[found.at])[1:-1]} at character {found.at}",
+        raw=True,
+    )
 
 
 class _CutMismatchError(Exception):
