@@ -222,3 +222,24 @@ def test_reading_big_integers_exactly_costs_memory_linear_in_the_text(kind: type
     peak = _peak(lambda: parse_json(large))
     assert peak < 48 * len(large)
     assert peak < 5 * _peak(lambda: parse_json(small))
+
+
+def test_a_number_beyond_a_double_is_refused_at_its_path_in_every_text_reader() -> None:
+    with pytest.raises(DecodeError) as info:
+        r3wire.decode_routes('{"schema": "r3wire.routes", "version": 1, "shape": [1e400, 1, 1]}')
+    assert info.value.field == "shape[0]"
+    assert str(info.value).endswith("got 1e400 (number out of range)")
+    with pytest.raises(DecodeError) as info:
+        formats.read_response(b'{"choices": [{"logprobs": {"content": [{"logprob": -1e400}]}}]}')
+    assert info.value.field == "$.choices[0].logprobs.content[0].logprob"
+    long = "1" + "0" * 400 + ".5"
+    with pytest.raises(DecodeError, match=r"got 10000000000000000000\.\.\.00000000.5 \(403 characters\) \(number"):
+        r3wire.loads(f"[{long}]")
+    assert r3wire.loads("[1e308, 1e-400]") == [1e308, 0.0]  # in range, and underflow to zero, as orjson reads them
+
+
+def test_dumps_names_an_integer_orjson_cannot_write() -> None:
+    with pytest.raises(r3wire.EncodeError) as info:
+        r3wire.dumps({"a": [1, {"b": 2**64}]})
+    assert info.value.field == "$.a[1].b"
+    assert "an integer in -2**63 .. 2**64-1" in str(info.value)

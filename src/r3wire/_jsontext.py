@@ -412,7 +412,7 @@ def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> Non
             field,
             "a number a double can hold (magnitude below 1.8e308; an integer without fraction or exponent is "
             "exact at any size)",
-            f"{leaf.token} (number out of range)",
+            f"{_shown(leaf.token)} (number out of range)",
             raw=True,
         )
     assert isinstance(leaf, str)
@@ -425,6 +425,11 @@ def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> Non
     raise DecodeError.make(
         field, "a string of Unicode text (valid UTF-8, no lone surrogate)", f"{what} at character {index}", raw=True
     )
+
+
+def _shown(token: str) -> str:
+    """A number token as an error shows it: whole, or its ends around the count of its characters."""
+    return token if len(token) <= 40 else f"{token[:20]}...{token[-10:]} ({len(token)} characters)"
 
 
 def _field(parts: list[object], root: str) -> str | None:

@@ -38,7 +38,7 @@ from r3wire._envelope import build_envelope
 from r3wire._jsonpath import json_path as _path
 from r3wire._jsontext import parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
-from r3wire._utf8 import NotUtf8, first_not_utf8
+from r3wire._utf8 import NotUtf8, first_leaf, first_not_utf8
 from r3wire._validate import as_text, optional_max_elements, plain_str
 from r3wire._walk import EXIT, Guard, holds_any
 from r3wire.arrays import array_wire, decode_array
@@ -909,11 +909,22 @@ def _write(obj: Any, writer: _Writer, option: int | None) -> bytes:
     try:
         return orjson.dumps(prepared, option=option)
     except orjson.JSONEncodeError as exc:
-        # orjson names no location for a string that is not UTF-8: found here, on this path only.
-        found = first_not_utf8(prepared) if "UTF-8" in str(exc) else None
+        # orjson names no location for a string that is not UTF-8 or an integer it cannot write: found here, on
+        # this path only.
+        reason = str(exc)
+        found = first_not_utf8(prepared) if "UTF-8" in reason else None
         if found is not None:
             raise _not_utf8_error(found) from exc
-        raise EncodeError.make("$", "JSON-serializable", str(exc), raw=True) from exc
+        too_big = first_leaf(prepared, _beyond_64_bits) if "64-bit" in reason else None
+        if too_big is not None:
+            raise EncodeError.make(
+                _path(too_big[0]), "an integer in -2**63 .. 2**64-1 (what orjson writes)", too_big[1]
+            ) from exc
+        raise EncodeError.make("$", "JSON-serializable", reason, raw=True) from exc
+
+
+def _beyond_64_bits(leaf: object) -> bool:
+    return isinstance(leaf, int) and not isinstance(leaf, bool) and not -(2**63) <= leaf < 2**64
 
 
 def _not_utf8_error(found: NotUtf8) -> R3WireError:
