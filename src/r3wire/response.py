@@ -220,7 +220,10 @@ def _inert(items: Sequence[Any]) -> bool:
     """True if ``items`` holds nothing :func:`dumps` must look at: no array, container or non-finite float."""
     if len(items) < _LONG_LIST:
         return False
-    kinds = set(map(type, items))
+    try:
+        kinds = set(map(type, items))
+    except TypeError:  # an unhashable class (see r3wire._typeset): the per-item path refuses it
+        return False
     if kinds <= _INERT_TYPES:
         return True
     if kinds <= _NUMBER_TYPES:
@@ -920,6 +923,10 @@ def _write(obj: Any, writer: _Writer, option: int | None) -> bytes:
             raise EncodeError.make(
                 _path(too_big[0]), "an integer in -2**63 .. 2**64-1 (what orjson writes)", too_big[1]
             ) from exc
+        _, named, type_name = reason.partition("Type is not JSON serializable: ")
+        odd = first_leaf(prepared, lambda leaf: type(leaf).__name__ == type_name) if named else None
+        if odd is not None:
+            raise EncodeError.make(_path(odd[0]), "JSON-serializable", reason, raw=True) from exc
         raise EncodeError.make("$", "JSON-serializable", reason, raw=True) from exc
 
 
@@ -1400,9 +1407,15 @@ def _copy_decoded(root: Any, reader: _Reader) -> tuple[Any, bool]:
     return top, tuples
 
 
+def _is_container(value: object) -> bool:
+    # By identity, not a set lookup: that would hash the class, which an unhashable one (see r3wire._typeset) refuses.
+    cls = type(value)
+    return cls is dict or cls is list or cls is _TupleList
+
+
 def _tuples_back(root: Any) -> Any:
     """Turn every :class:`_TupleList` of a decoded copy back into a tuple, innermost first."""
-    if type(root) not in _CONTAINER_TYPES:
+    if not _is_container(root):
         return root  # e.g. the array a root envelope decoded to
     order: list[Any] = []
     stack = [root]
@@ -1410,7 +1423,7 @@ def _tuples_back(root: Any) -> Any:
         node = stack.pop()
         order.append(node)
         items = node.values() if type(node) is dict else node
-        stack.extend(item for item in items if type(item) in _CONTAINER_TYPES)
+        stack.extend(item for item in items if _is_container(item))
     for node in reversed(order):  # every container after all of its descendants
         items = list(node.items()) if type(node) is dict else list(enumerate(node))
         for key, item in items:

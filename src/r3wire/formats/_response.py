@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 
 from r3wire._jsonpath import json_path as _path
+from r3wire._typeset import is_mapping, types_within
 from r3wire._walk import EXIT, Guard, holds_any
 from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
@@ -86,6 +87,8 @@ _NO_ROUTES_KEYS: Final = frozenset(
 _LONG_LIST: Final = 16
 # What the walk enters: any mapping (a dict subclass, MappingProxyType...), list or tuple, subclasses included.
 _WALKED: Final = (Mapping, list, tuple)
+
+_INT_ONLY: Final = frozenset({int})
 
 
 # A node's path as a link to its parent's: (parent link, key or index), None at the root. Every node holds one
@@ -168,7 +171,7 @@ def find_routes(root: object, guard: Guard | None = None) -> Iterator[Found]:
         if is_field:
             yield Found(node, _parts(link), key, context, outer)
             continue
-        if isinstance(node, Mapping):
+        if is_mapping(node):
             if _is_routes_envelope(node):
                 yield Found(node, _parts(link), None, context, outer)
                 continue
@@ -360,7 +363,7 @@ def _near_prompt_ids(
 def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | None) -> np.ndarray[Any, Any]:
     """The one reader of token ids (completion and prompt alike): a list of integers in ``0 .. 2**63 - 1`` or an
     r3wire ``dumps`` integer array, as int64, at most ``max_elements`` of them."""
-    if isinstance(value, Mapping) and value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # an r3wire dumps body
+    if is_mapping(value) and value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # an r3wire dumps body
         try:
             array = decode_array(value, max_elements=max_elements)
         except DecodeError as exc:
@@ -380,7 +383,7 @@ def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | Non
         )
     # NumPy converts and bounds the ids in C (a 32k-token prompt in about half the time of Python's min and max);
     # only a list it refuses, or one holding a negative id, is searched for the id to name.
-    fits = set(map(type, value)) <= {int}
+    fits = types_within(value, _INT_ONLY)
     if fits:
         try:
             ids: np.ndarray[Any, Any] = np.array(value, dtype=np.int64)
@@ -450,7 +453,7 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
         return _Read(_numbers(numbers[skip:] if skip else numbers, suffix="[0]"), ())
     if isinstance(value, (list, tuple)):
         return _Read(_numbers(value[skip:] if skip else value), ())
-    if not isinstance(value, Mapping):
+    if not is_mapping(value):
         raise DecodeError.make(None, "a logprobs object or list", type(value).__name__, raw=True)
     if value.get(KEY_SCHEMA) == LOGPROBS_SCHEMA.name:
         return _Read(clamp_logprobs(_one_per_token(decode_logprobs(value, max_elements=max_elements))[skip:]), ())
@@ -502,7 +505,7 @@ def _numbers(values: Sequence[Any], suffix: str = "") -> ClampResult:
     Raises:
         DecodeError: at ``[i]`` (then ``suffix``), a value that is neither a number nor null.
     """
-    if set(map(type, values)) <= _PLAIN_NUMBERS:
+    if types_within(values, _PLAIN_NUMBERS):
         # Only plain floats and None: logprob_value would return each float as itself and None as NaN, which is
         # what NumPy makes of them in one call.
         array: np.ndarray[Any, Any] = np.array(values, dtype=np.float64)
