@@ -809,7 +809,9 @@ def dumps(
         EncodeError: an array cannot be encoded (e.g. a negative expert id under a routes key, a non-finite
             logprob without ``clamp_logprobs``, more than 32 dimensions), a float is NaN or infinite (orjson would
             silently write ``null``), an object spells an r3wire schema name, or a value is not
-            JSON-serializable. The field is a path such as ``$.choices[0].routed_experts[5, 2, 0]``.
+            JSON-serializable (a type orjson refuses, an integer beyond 64 bits, a string or key holding a lone
+            surrogate, which UTF-8 cannot encode). The field is a path such as
+            ``$.choices[0].routed_experts[5, 2, 0]``.
         R3WireError: an option is invalid (``routes_keys`` and ``logprobs_keys`` must not share a key; ``option``
             must be made of ``orjson.OPT_*`` flags).
     """
@@ -1474,7 +1476,8 @@ def loads(
         The document, with arrays in place of envelopes.
 
     Raises:
-        DecodeError: the text is not valid JSON, or an envelope in it is malformed, or a parsed document holds a
+        DecodeError: the text is not valid JSON (a string that is not UTF-8, or a number beyond a double's range
+            such as ``1e400``, is named at its path), or an envelope in it is malformed, or a parsed document holds a
             reference cycle or shares containers past that limit; the field is a path such as
             ``$.choices[0].routed_experts.shape``.
         UnsupportedVersionError: an envelope's schema version is newer than this release reads.

@@ -419,7 +419,7 @@ function beside(chain, paths, keys) {
 
 /** Read every routes field of a response body, in document order. Throws DecodeError (field = JSONPath). */
 export function readResponse(input, options = {}) {
-  const body = parseInput(input);
+  const body = parseInput(input, jsonPath);
   // formats.md, "Whole responses": JSON text holding a scalar is no body, never read as one without routes.
   if (!isPlainObject(body) && !Array.isArray(body)) reject("$", "a JSON object or array (a response body)", body);
   // formats.md, "Where": a list is a batch of bodies, each an object; text or any other item is refused.
