@@ -25,6 +25,7 @@ import {
   decodeLogprobs,
   decodeRoutes,
   elementCount,
+  integerOf,
   isPlainObject,
   parseInput,
   reject,
@@ -471,6 +472,15 @@ export function readResponse(input, options = {}) {
       const count = BigInt(prompt.length + tokens.length);
       if (BigInt(first) + rows > count) {
         throw new DecodeError(path, `rows that fit the call: start + rows <= ${count} tokens`, `${rows} rows from ${first}`);
+      }
+    }
+    // formats.md, "sglang": the counts SGLang's meta_info states beside its routes bound them the same way (read
+    // only when both are non-negative integers).
+    const counts = holder === null ? [] : [holder.prompt_tokens, holder.completion_tokens].map(integerOf);
+    if (counts.length === 2 && counts.every((n) => n !== null && n >= 0n)) {
+      const first = BigInt(result.start ?? 0n);
+      if (first + BigInt(result.shape[0]) > counts[0] + counts[1]) {
+        throw new DecodeError(path, `rows that fit the stated counts: start + rows <= ${counts[0] + counts[1]} tokens`, `${result.shape[0]} rows from ${first}`);
       }
     }
     results.push({

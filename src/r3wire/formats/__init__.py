@@ -76,6 +76,7 @@ from r3wire.formats._response import (
     KEY_ROUTED_EXPERTS_DTYPE,
     beside_routes,
     check_call_fits,
+    check_counts_fit,
     find_routes,
     relocated,
     routes_identity,
@@ -706,6 +707,7 @@ def read_response(
             raise _placed(exc, found.parts, found.value, wrapped=wrapped) from exc
         beside = beside_routes(found, max_elements=limit)
         check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts)
+        check_counts_fit(int(result.routes.shape[0]), result.start, found)
         clamped = beside.logprobs
         read_beside = (beside.token_ids, beside.prompt_token_ids, None if clamped is None else clamped.values)
         guard.decoded(identity, result.routes.size + sum(0 if array is None else array.size for array in read_beside))

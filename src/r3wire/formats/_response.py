@@ -42,6 +42,7 @@ __all__ = [
     "Found",
     "beside_routes",
     "check_call_fits",
+    "check_counts_fit",
     "find_routes",
     "relocated",
     "routes_identity",
@@ -60,7 +61,10 @@ TOKEN_ID_KEYS: Final = ("token_ids", "output_ids")
 # response (shared by its choices), beside output_ids at the top of an SGLang /generate body (return_prompt_token_ids).
 KEY_PROMPT_TOKEN_IDS: Final = "prompt_token_ids"
 KEY_LOGPROBS: Final = "logprobs"
-KEY_SGLANG_LOGPROBS: Final = "output_token_logprobs"  # SGLang meta_info: [[logprob, token_id, text], ...]
+KEY_SGLANG_LOGPROBS: Final = "output_token_logprobs"
+# SGLang meta_info's token counts (tokenizer_manager.py), beside routed_experts: a bound on its rows.
+KEY_PROMPT_TOKENS: Final = "prompt_tokens"
+KEY_COMPLETION_TOKENS: Final = "completion_tokens"  # SGLang meta_info: [[logprob, token_id, text], ...]
 KEY_TOKEN_LOGPROBS: Final = "token_logprobs"  # OpenAI completions: logprobs.token_logprobs
 KEY_CONTENT: Final = "content"  # OpenAI chat and vLLM generate: logprobs.content[i].logprob
 _INT64_MAX: Final = (1 << 63) - 1
@@ -315,6 +319,39 @@ def check_call_fits(rows: int, start: int | None, beside: Beside, routes_parts: 
     )
     got = f"start {first} + {rows} rows = {first + rows}" if first else f"{rows} rows"
     raise relocated(DecodeError.make(None, expected, got, raw=True), routes_parts)
+
+
+def check_counts_fit(rows: int, start: int | None, found: Found) -> None:
+    """Hold routes to the token counts their holder states (SGLang's ``meta_info``: ``prompt_tokens`` and
+    ``completion_tokens``), for bodies without the token ids themselves: a call of ``n`` tokens has at most ``n``
+    rows from position 0, as in :func:`check_call_fits`.
+
+    SGLang sends ``prompt_tokens + completion_tokens - 1 - routed_experts_start_len`` rows and does not echo that
+    start, so the exact count cannot be checked; this bound catches routes read with too small a
+    ``num_layers * top_k`` (SGLang's string carries no shape: a wrong pair whose byte count divides evenly
+    reshapes into more rows). Counts that are not both plain non-negative integers are not used.
+
+    Raises:
+        DecodeError: ``start + rows`` exceeds ``prompt_tokens + completion_tokens``; the field is the routes'
+            JSONPath, the message names both counts' paths.
+    """
+    holder = found.holder
+    if holder is None:
+        return
+    prompt, completion = holder.get(KEY_PROMPT_TOKENS), holder.get(KEY_COMPLETION_TOKENS)
+    if type(prompt) is not int or type(completion) is not int or prompt < 0 or completion < 0:
+        return
+    tokens, first = prompt + completion, start or 0
+    if first + rows <= tokens:
+        return
+    at = found.parts[:-1]
+    expected = (
+        f"rows that fit the call: start + rows <= {tokens} tokens ({prompt} at {_path((*at, KEY_PROMPT_TOKENS))} + "
+        f"{completion} at {_path((*at, KEY_COMPLETION_TOKENS))}; SGLang sends prompt + completion - 1 - "
+        "routed_experts_start_len rows: check num_layers and top_k, which its string does not carry)"
+    )
+    got = f"start {first} + {rows} rows = {first + rows}" if first else f"{rows} rows"
+    raise relocated(DecodeError.make(None, expected, got, raw=True), found.parts)
 
 
 def _check_entry_ids(
