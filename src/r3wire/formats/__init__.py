@@ -636,7 +636,8 @@ def read_response(
             malformed (an envelope of logprobs that is not 1-d included), or the logprobs are not one per token id
             (or an SGLang entry names another token id), or
             token ids (prompt or completion) are malformed or more than ``max_elements``, or the routes have more
-            rows than the call's prompt and completion ids have tokens, or a routes value holds ``routed_experts``
+            rows than the call's prompt and completion ids (or SGLang's ``meta_info`` ``prompt_tokens`` and
+            ``completion_tokens`` beside them) have tokens, or a routes value holds ``routed_experts``
             again, or a body built in process holds a reference cycle or shares containers past the bound of
             :class:`r3wire._walk.Guard`; the field is the JSONPath of the problem
             (``$.choices[0].routed_experts.shape``, ``$.choices[0].logprobs.content``, ``$.prompt_token_ids[2]``,
