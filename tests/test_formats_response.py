@@ -714,3 +714,37 @@ def test_float16_logprobs_are_clamped_to_the_float16_value_nearest_the_floor() -
     assert result.logprobs.dtype == np.float16
     assert result.logprobs.tolist() == [-10000.0, -0.5, -10000.0]
     assert result.num_clamped == 2
+
+
+def _sglang_body(rows: int, layers: int, top_k: int, **counts: object) -> dict[str, Any]:
+    ids = (np.arange(rows * layers * top_k, dtype=np.int32) % 7).reshape(rows, layers, top_k)
+    meta = {"routed_experts": base64.b64encode(ids.tobytes()).decode(), **counts}
+    return {"output_ids": [5, 6, 7], "meta_info": meta}
+
+
+def test_sglang_rows_are_held_to_the_token_counts_meta_info_states() -> None:
+    # 4 prompt + 3 completion tokens: SGLang sends 6 rows from position 0, fewer from a routed_experts_start_len.
+    for rows in (6, 2, 0):
+        body = _sglang_body(rows, 2, 2, prompt_tokens=4, completion_tokens=3)
+        (result,) = read_response(body, num_layers=2, top_k=2)
+        assert result.routes.shape == (rows, 2, 2)
+    # The same bytes read with a pair of half the product divide evenly into 12 rows: more than the call has.
+    body = _sglang_body(6, 2, 2, prompt_tokens=4, completion_tokens=3)
+    for layers, top_k in ((1, 2), (2, 1)):
+        with pytest.raises(DecodeError) as info:
+            read_response(body, num_layers=layers, top_k=top_k)
+        assert info.value.field == "$.meta_info.routed_experts"
+        assert "<= 7 tokens (4 at $.meta_info.prompt_tokens + 3 at $.meta_info.completion_tokens" in str(info.value)
+        assert str(info.value).endswith("got 12 rows")
+
+
+@pytest.mark.parametrize(
+    "counts",
+    [{}, {"prompt_tokens": 4}, {"prompt_tokens": True, "completion_tokens": 3}, {"prompt_tokens": "4",
+     "completion_tokens": 3}, {"prompt_tokens": -1, "completion_tokens": 3}, {"prompt_tokens": 4.0,
+     "completion_tokens": 3}],
+)  # fmt: skip
+def test_sglang_rows_are_not_bounded_without_two_integer_counts(counts: dict[str, object]) -> None:
+    # Not r3wire's fields to validate: without both as non-negative integers there is no bound (the limit).
+    (result,) = read_response(_sglang_body(6, 2, 2, **counts), num_layers=1, top_k=2)
+    assert result.routes.shape == (12, 1, 2)

@@ -133,7 +133,6 @@ def test_a_lower_interpreter_digit_limit_is_a_decode_error() -> None:
         "[1 12345678901234567890]",
         "[--12345678901234567890]",
         "[" * 1100 + "123456789012345678901" + "]" * 1100,  # deeper than orjson reads: never a RecursionError
-        '["\\ud800", 123456789012345678901]',
         "[" + "9" * 400 + ",]",
     ],
 )
@@ -142,6 +141,14 @@ def test_invalid_json_with_big_integers_stays_invalid(text: str) -> None:
         r3wire.loads(text)
     with pytest.raises(DecodeError, match="invalid JSON"):
         formats.read_response(text.encode())
+
+
+def test_a_lone_surrogate_beside_a_big_integer_is_named_at_its_path() -> None:
+    text = '["\\ud800", 123456789012345678901]'
+    for read in (r3wire.loads, formats.read_response):
+        with pytest.raises(DecodeError, match="no lone surrogate") as info:
+            read(text.encode())
+        assert info.value.field == "$[0]"
 
 
 def test_nemo_dimensions_of_twenty_digits_get_the_range_message() -> None:
@@ -215,3 +222,24 @@ def test_reading_big_integers_exactly_costs_memory_linear_in_the_text(kind: type
     peak = _peak(lambda: parse_json(large))
     assert peak < 48 * len(large)
     assert peak < 5 * _peak(lambda: parse_json(small))
+
+
+def test_a_number_beyond_a_double_is_refused_at_its_path_in_every_text_reader() -> None:
+    with pytest.raises(DecodeError) as info:
+        r3wire.decode_routes('{"schema": "r3wire.routes", "version": 1, "shape": [1e400, 1, 1]}')
+    assert info.value.field == "shape[0]"
+    assert str(info.value).endswith("got 1e400 (number out of range)")
+    with pytest.raises(DecodeError) as info:
+        formats.read_response(b'{"choices": [{"logprobs": {"content": [{"logprob": -1e400}]}}]}')
+    assert info.value.field == "$.choices[0].logprobs.content[0].logprob"
+    long = "1" + "0" * 400 + ".5"
+    with pytest.raises(DecodeError, match=r"got 10000000000000000000\.\.\.00000000.5 \(403 characters\) \(number"):
+        r3wire.loads(f"[{long}]")
+    assert r3wire.loads("[1e308, 1e-400]") == [1e308, 0.0]  # in range, and underflow to zero, as orjson reads them
+
+
+def test_dumps_names_an_integer_orjson_cannot_write() -> None:
+    with pytest.raises(r3wire.EncodeError) as info:
+        r3wire.dumps({"a": [1, {"b": 2**64}]})
+    assert info.value.field == "$.a[1].b"
+    assert "an integer in -2**63 .. 2**64-1" in str(info.value)

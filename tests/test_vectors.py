@@ -157,6 +157,7 @@ KNOWN_VECTOR_FILES = [
     "response-alignment-v1.json",
     "response-engines-v1.json",
     "response-errors-v1.json",
+    "response-errors-v2.json",
     "response-prompt-ids-v1.json",
     "routes-v1-packed.json",
     "routes-v1.json",

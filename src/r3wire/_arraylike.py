@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Final
 
 import numpy as np
 
+from r3wire._typeset import distinct_types, is_sequence, types_within
 from r3wire._validate import MAX_EXTENT, MAX_NDIM, extent
 from r3wire.errors import EncodeError, R3WireError, describe
 
@@ -84,14 +85,16 @@ def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[A
     try:
         arr = np.asarray(obj)
     # MemoryError: range(10**12); RuntimeError: a torch tensor inside a list that .numpy() refuses (requires grad).
-    except (ValueError, TypeError, OverflowError, MemoryError, RuntimeError) as exc:
+    # SystemError: NumPy's own isinstance checks on an int of an unhashable class (see r3wire._typeset) raise
+    # TypeError inside np.asarray, which then fails with "returned a result with an exception set" (NumPy 2.x).
+    except (ValueError, TypeError, OverflowError, MemoryError, RuntimeError, SystemError) as exc:
         raise error.make(
             field,
             "an array (NumPy array, torch tensor or nested lists)",
             f"{type(obj).__name__} ({str(exc) or type(exc).__name__})",
             raw=True,
         ) from exc
-    if arr.size and isinstance(obj, Sequence):
+    if arr.size and is_sequence(obj):
         _check_converted(obj, arr, field, error)
     return arr
 
@@ -116,19 +119,22 @@ def _check_converted(obj: Sequence[Any], arr: np.ndarray[Any, Any], field: str, 
         _check_exact_ints(obj, arr.dtype, field, error)
 
 
-def _scalar_types(obj: Sequence[Any], ndim: int) -> set[type]:
+def _scalar_types(obj: Sequence[Any], ndim: int) -> Collection[type]:
     """The types of the scalars in ``obj``, nested lists and tuples ``ndim`` deep; an array (or tensor) among them
     counts as its dtype's scalar type and is never iterated (iterating one element by element took seconds)."""
     types: set[type] = set()
     level: list[Any] = [obj]
     for depth in range(ndim):
-        if not set(map(type, level)) <= _PLAIN_SEQUENCES:  # rare: arrays among the lists, split them off
+        if not types_within(level, _PLAIN_SEQUENCES):  # rare: arrays among the lists, split them off
             for item in level:
                 if not isinstance(item, (list, tuple)):
                     types.add(np.asarray(item).dtype.type)
             level = [item for item in level if isinstance(item, (list, tuple))]
         if depth == ndim - 1:
-            types.update(map(type, itertools.chain.from_iterable(level)))
+            try:
+                types.update(map(type, itertools.chain.from_iterable(level)))
+            except TypeError:  # an unhashable class (see r3wire._typeset): the types by identity instead
+                return [*types, *distinct_types(list(itertools.chain.from_iterable(level)))]
         else:
             level = list(itertools.chain.from_iterable(level))
     return types

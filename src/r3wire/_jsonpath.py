@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
@@ -33,14 +34,22 @@ def json_path(parts: Sequence[object], *, exact: bool = False) -> str:
             out.append(f"...({part.parts} more)")
         elif isinstance(part, str):
             if len(part) > _MAX_KEY and not exact:
-                out.append(f"[{orjson.dumps(part[: _MAX_KEY - 3] + '...').decode()} ({len(part)} characters)]")
+                out.append(f"[{_quoted(part[: _MAX_KEY - 3] + '...')} ({len(part)} characters)]")
             else:
-                out.append(f".{part}" if part.isidentifier() else f"[{orjson.dumps(part).decode()}]")
+                out.append(f".{part}" if part.isidentifier() else f"[{_quoted(part)}]")
         elif isinstance(part, int) and not isinstance(part, bool):
             out.append(f"[{part}]")
         else:  # a non-string key (orjson.OPT_NON_STR_KEYS)
             out.append(f"[{part!r}]" if exact else f"[{describe(part)}]")
     return "".join(out)
+
+
+def _quoted(key: str) -> str:
+    """``key`` as a JSON string; a key that is not UTF-8 (a lone surrogate) with its surrogates as ``\\u`` escapes."""
+    try:
+        return orjson.dumps(key).decode()
+    except orjson.JSONEncodeError:  # orjson writes UTF-8 only; the stdlib escapes what is not ASCII
+        return json.dumps(key)
 
 
 class _Elided(NamedTuple):

@@ -10,6 +10,8 @@ strictness, the depth limit and every other value stay orjson's).
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import sys
@@ -19,6 +21,7 @@ import numpy as np
 import orjson
 
 from r3wire._jsonpath import json_path
+from r3wire._utf8 import first_leaf, not_utf8_at
 from r3wire.errors import DecodeError
 
 __all__ = ["MAX_INT_DIGITS", "parse_json", "string_end"]
@@ -73,18 +76,22 @@ def parse_json(text: str | bytes | bytearray | memoryview, *, root: str = "$") -
 
     Raises:
         orjson.JSONDecodeError: the text is not valid JSON (orjson's own error, for its wording).
-        DecodeError: an integer token has more than :data:`MAX_INT_DIGITS` digits; the field is its path.
+        DecodeError: an integer token has more than :data:`MAX_INT_DIGITS` digits, a string is not UTF-8 (a
+            lone surrogate, escaped or not, or bytes that are not UTF-8), or a number with a fraction or exponent
+            is beyond a double's range (``1e400``: JSON gives it no value, and a reader that took it for infinity
+            would differ from one that refuses it); the field is its path.
     """
     try:
         parsed = orjson.loads(text)
     except orjson.JSONDecodeError:
         # orjson refuses an integer of 310 digits or more: valid JSON all the same, read here if that is why.
-        if not _scan(text):
-            raise
-        exact = _parse_exact(text, root)
-        if exact is _INVALID:
-            raise
-        return exact
+        if _scan(text):
+            exact = _parse_exact(text, root)
+            if exact is not _INVALID:
+                return exact
+        # orjson names no location for a string that is not UTF-8 or a number out of a double's range.
+        _raise_located(text, root)
+        raise
     if not _may_be_rounded(text, parsed):
         return parsed
     exact = _parse_exact(text, root)
@@ -353,6 +360,86 @@ def _put_back(parsed: Any, nonce: str, tokens: list[str], root: str) -> Any:
     return parsed
 
 
+class _OutOfRange:
+    """A number token beyond a double's range, as the stdlib parser met it (not a tuple: a leaf of the walk)."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+
+def _float_or_out_of_range(token: str) -> float | _OutOfRange:
+    value = float(token)
+    return value if math.isfinite(value) else _OutOfRange(token)
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(name)  # NaN and Infinity are not JSON: the text stays refused with orjson's own words
+
+
+def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> None:
+    """After orjson refused ``text``: if the stdlib parser reads it, raise the error for the first string in it
+    that is not UTF-8 or number out of a double's range (what orjson refuses that the stdlib reads), at its path.
+
+    Returns (so that orjson's own error is raised) when the stdlib refuses the text too or finds neither.
+
+    Raises:
+        DecodeError: such a string or number, its field the path.
+    """
+    from_bytes = not isinstance(text, str)
+    # A byte that is not UTF-8 becomes a lone surrogate U+DC80..U+DCFF, which the search then finds.
+    data = bytes(text).decode("utf-8", "surrogateescape") if not isinstance(text, str) else text
+    limit = _digit_limit()
+    try:
+        doc = json.loads(
+            data,
+            parse_float=_float_or_out_of_range,
+            parse_int=lambda token: int(token) if len(token) <= limit else 0,  # too long: refused elsewhere
+            parse_constant=_refuse_constant,
+        )
+    except (ValueError, RecursionError):
+        return
+    found = first_leaf(
+        doc, lambda leaf: type(leaf) is _OutOfRange or (isinstance(leaf, str) and not_utf8_at(leaf) is not None)
+    )
+    if found is None:
+        return
+    parts, leaf = found
+    field = _field(parts, root)
+    if isinstance(leaf, _OutOfRange):
+        raise DecodeError.make(
+            field,
+            "a number a double can hold (magnitude below 1.8e308; an integer without fraction or exponent is "
+            "exact at any size)",
+            f"{_shown(leaf.token)} (number out of range)",
+            raw=True,
+        )
+    assert isinstance(leaf, str)
+    index = not_utf8_at(leaf)
+    assert index is not None
+    char = leaf[index]
+    what = f"a lone surrogate {ascii(char)[1:-1]}"
+    if from_bytes and 0xDC80 <= ord(char) <= 0xDCFF:
+        what += f" (or the byte 0x{ord(char) - 0xDC00:02x}, which is not UTF-8)"
+    raise DecodeError.make(
+        field, "a string of Unicode text (valid UTF-8, no lone surrogate)", f"{what} at character {index}", raw=True
+    )
+
+
+def _shown(token: str) -> str:
+    """A number token as an error shows it: whole, or its ends around the count of its characters."""
+    return token if len(token) <= 40 else f"{token[:20]}...{token[-10:]} ({len(token)} characters)"
+
+
+def _field(parts: list[object], root: str) -> str | None:
+    """The field of an error at ``parts``: a JSONPath, or member names alone (``shape[0]``) when ``root`` is ""."""
+    field = json_path(parts)
+    if not root:  # member names alone: shape[0], not $.shape[0]
+        field = field[1:].removeprefix(".")
+    return field or None
+
+
 def _check(value: int | None, token: str, limit: int, root: str, parts: list[object]) -> int:
     """``value``, or the error for the integer token ``token`` that was too long to read, at ``parts``.
 
@@ -361,10 +448,7 @@ def _check(value: int | None, token: str, limit: int, root: str, parts: list[obj
     """
     if value is not None:
         return value
-    field = json_path(parts)
-    if not root:  # member names alone: shape[0], not $.shape[0]
-        field = field[1:].removeprefix(".")
     digits = len(token) - token.startswith("-")
     raise DecodeError.make(
-        field or None, f"an integer of at most {limit} digits", f"an integer of {digits} digits", raw=True
+        _field(parts, root), f"an integer of at most {limit} digits", f"an integer of {digits} digits", raw=True
     )

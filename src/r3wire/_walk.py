@@ -35,9 +35,10 @@ identity to ``seen``): that keeps the cost on a tree to one set lookup and one i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Hashable, Mapping, Sequence, Sized
 from typing import Any, Final
 
+from r3wire._typeset import distinct_types, is_mapping
 from r3wire.errors import DecodeError
 
 __all__ = ["EXIT", "SHARED_FACTOR", "SHARED_ITEMS_LIMIT", "Guard", "holds_any"]
@@ -63,11 +64,11 @@ EXIT: Final = ("r3wire._walk.EXIT",)
 """The marker a walker pushes below a container's children: popping it leaves that container."""
 
 
-def holds_any(items: Iterable[object], kinds: tuple[type, ...]) -> bool:
+def holds_any(items: Sequence[object], kinds: tuple[type, ...]) -> bool:
     """Whether any of ``items`` is an instance of ``kinds``, decided on each distinct type (the set is built in C):
     a long list of numbers or strings is sorted out without a Python step per item, by the same predicate as the
     walk's own ``isinstance``, subclasses included."""
-    return any(issubclass(cls, kinds) for cls in set(map(type, items)))
+    return any(issubclass(cls, kinds) for cls in distinct_types(items))
 
 
 def _own_items(root: object) -> int:
@@ -81,8 +82,11 @@ def _own_items(root: object) -> int:
             continue
         seen.add(id(node))
         total += len(node)
-        items = node.values() if isinstance(node, Mapping) else node
-        stack.extend(item for item in items if isinstance(item, (Mapping, list, tuple)))
+        items = node.values() if is_mapping(node) else node
+        try:
+            stack.extend(item for item in items if isinstance(item, (Mapping, list, tuple)))
+        except TypeError:  # an item of an unhashable class (see r3wire._typeset): the ABC check refused it
+            stack.extend(item for item in items if isinstance(item, (list, tuple)) or is_mapping(item))
     return total
 
 
@@ -195,7 +199,7 @@ class Guard:
         """The keys from the root down to the entered container at ``depth``."""
         keys = []
         for parent, node in zip(self._entered[:depth], self._entered[1 : depth + 1], strict=True):
-            items = parent.items() if isinstance(parent, Mapping) else enumerate(parent)
+            items = parent.items() if is_mapping(parent) else enumerate(parent)
             keys.append(next(key for key, item in items if item is node))
         return keys
 

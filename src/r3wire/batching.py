@@ -33,6 +33,7 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy, is_tensor
 from r3wire._routecheck import ROUTES_MIN_DIMS, optional_num_experts
+from r3wire._typeset import instance_of, is_sequence, types_within
 from r3wire._validate import (
     MAX_DIM,
     MAX_EXTENT,
@@ -60,6 +61,9 @@ Array = np.ndarray[Any, Any]
 Fill = Literal["arange", "balanced"]
 Conflict = Literal["keep", "replace", "raise"]
 _CONFLICT_POLICIES: Final = ("keep", "replace", "raise")
+
+_INT_ONLY: Final = frozenset({int})
+_ARRAY_ONLY: Final = frozenset({np.ndarray})
 
 
 def _fail(field: str, expected: str, got: object, *, raw: bool = True) -> R3WireError:
@@ -98,7 +102,7 @@ def _from_caller(value: object, field: str) -> Array:
 
 def _neutral_empty(value: object, arr: Array) -> bool:
     """An empty nested sequence: NumPy gives it float64, but it holds no value of any kind."""
-    return arr.size == 0 and isinstance(value, Sequence)
+    return arr.size == 0 and is_sequence(value)
 
 
 def _as_routes(value: object, field: str) -> Array:
@@ -119,7 +123,7 @@ def _as_routes(value: object, field: str) -> Array:
 def _is_sequence(value: object) -> bool:
     return not (
         isinstance(value, (str, bytes, bytearray, memoryview))
-        or not isinstance(value, (Sequence, np.ndarray))
+        or not (isinstance(value, np.ndarray) or is_sequence(value))
         or (isinstance(value, np.ndarray) and value.ndim == 0)
     )
 
@@ -134,7 +138,7 @@ def _uniform(
     """``samples`` converted one by one, all with the trailing shape of the first (a batch shares it)."""
     if not _is_sequence(samples):
         raise _fail(field, what, type(samples).__name__)
-    assert isinstance(samples, (Sequence, np.ndarray))
+    assert isinstance(samples, np.ndarray) or is_sequence(samples)
     arrays = [convert(sample, f"{field}[{i}]") for i, sample in enumerate(samples)]
     for i, arr in enumerate(arrays[1:], start=1):
         if arr.shape[1:] != arrays[0].shape[1:]:
@@ -260,14 +264,14 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
         if value.ndim != 1 or value.dtype.kind not in "iu":
             raise _fail(field, "a 1-d integer sequence", f"{value.dtype} {list(value.shape)}")
         values: Sequence[object] = value.tolist()
-    elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+    elif is_sequence(value) and not isinstance(value, (str, bytes)):
         values = value
     else:
         raise _fail(field, f"a sequence of integers, {what}", type(value).__name__)
     if len(values) != count:
         raise _fail(field, f"{count} {'integer' if count == 1 else 'integers'} ({what})", f"{len(values)}")
     # The common case, plain ints in range, is checked in two passes instead of one check_int call per sample.
-    if set(map(type, values)) <= {int}:
+    if types_within(values, _INT_ONLY):
         plain: list[int] = list(values)  # type: ignore[arg-type]  # every item is an int, checked above
         if not plain or (min(plain) >= 0 and max(plain) <= MAX_DIM):
             return plain
@@ -369,7 +373,9 @@ def _replayed(value: object, rows: Sequence[int]) -> list[Array | None]:
     """Each sample's row mask (``True`` = replay), or ``None`` where every row is replayed."""
     if value is None:
         return [None] * len(rows)
-    if isinstance(value, (str, bytes)) or not (isinstance(value, (Sequence, np.ndarray)) or is_tensor(value)):
+    if isinstance(value, (str, bytes)) or not (
+        (isinstance(value, np.ndarray) or is_sequence(value)) or is_tensor(value)
+    ):
         raise _fail("replayed", "a sequence of per-sample row masks (bool arrays, or None)", type(value).__name__)
     items = list(value)  # type: ignore[call-overload]  # a sequence or a tensor, checked above
     if len(items) != len(rows):
@@ -835,7 +841,7 @@ def _same_vectors(values: object) -> list[Array] | None:
     """
     if type(values) is not list and type(values) is not tuple:
         return None
-    if set(map(type, values)) != {np.ndarray}:
+    if not values or not types_within(values, _ARRAY_ONLY):
         return None
     # One (dtype, ndim) pair in the set: every sample's dtype equals it (a set holds equal values once).
     kinds = set(map(_DTYPE_AND_NDIM, values))
@@ -1192,7 +1198,7 @@ def _select_layers(routes: Array, layers: slice | Sequence[int] | None) -> Array
             raise _fail("layers", "a slice of layer indexes or a sequence of them", f"{layers!r} ({exc})") from None
         picked = list(chosen)
     else:
-        if isinstance(layers, (str, bytes)) or not isinstance(layers, (Sequence, np.ndarray)):
+        if isinstance(layers, (str, bytes)) or not instance_of(layers, (Sequence, np.ndarray)):
             raise _fail("layers", "None, a slice or a sequence of layer indexes", describe(layers))
         if len(layers) > n_layers:
             raise _fail("layers", f"at most {n_layers} distinct layer indexes", f"{len(layers)} indexes")

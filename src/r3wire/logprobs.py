@@ -17,13 +17,14 @@ import itertools
 import logging
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
 import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
+from r3wire._typeset import distinct_types, is_mapping, is_sequence
 from r3wire._validate import DEFAULT_MAX_ELEMENTS, MAX_NDIM, check_int, load_object, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 from r3wire.schema import LOGPROB_DTYPES, LOGPROBS_SCHEMA
@@ -129,8 +130,10 @@ def _logprob_kind(kind: type) -> str | None:
     it), complex numbers, strings, containers. ``None`` itself (a missing logprob) is the caller's to handle."""
     try:
         return _KINDS[kind]
-    except (KeyError, TypeError):  # TypeError: a class whose metaclass makes it unhashable
+    except KeyError:
         pass
+    except TypeError:  # a class whose metaclass makes it unhashable: NumPy fails to convert it (SystemError)
+        return None
     result = _classify(kind)
     if len(_KINDS) < _MAX_KINDS:
         with contextlib.suppress(TypeError):
@@ -182,7 +185,7 @@ def _sequence_to_array(values: Sequence[object], field: str) -> np.ndarray[Any, 
     """A flat sequence of ``float | int | None`` as float64, None as NaN; anything else is an EncodeError."""
     # set(map(type, ...)) runs in C: the element types of a million-entry list are known in a few milliseconds,
     # and the slow per-element path below runs only for ints, which need an exactness check.
-    kinds = set(map(type, values))
+    kinds = distinct_types(values)
     has_int = False
     for kind in kinds:
         # The types accepted are those read_logprobs_content accepts: one rule, _logprob_kind.
@@ -231,7 +234,7 @@ def as_float_array(values: object, field: str = "values", *, half: bool = True) 
         return array, False
     # A memoryview is a Sequence of its items (a bytes view reads as ints, a 2-d one cannot be iterated): like
     # bytes, it is no sequence of floats.
-    if isinstance(values, Sequence) and not isinstance(values, (str, bytes, bytearray, memoryview)):
+    if is_sequence(values) and not isinstance(values, (str, bytes, bytearray, memoryview)):
         if len(values) > DEFAULT_MAX_ELEMENTS:  # range(10**12) is a Sequence: refused before it is iterated
             raise EncodeError.make(
                 field, f"at most {DEFAULT_MAX_ELEMENTS} values (the default element limit)", f"{len(values)} values",
@@ -330,7 +333,7 @@ def _first_non_finite(array: np.ndarray[Any, Any]) -> tuple[list[int], float] | 
 
 def _show_bad(values: object, array: np.ndarray[Any, Any], index: list[int], value: float) -> str:
     """Describe the first bad value of ``values``: a missing entry as such, a non-finite one by its bits."""
-    if array.ndim == 1 and isinstance(values, Sequence) and values[index[0]] is None:
+    if array.ndim == 1 and is_sequence(values) and values[index[0]] is None:
         return "None (missing)"
     if isinstance(values, np.ndarray) and values.dtype == object and values[tuple(index)] is None:
         return "None (missing)"
@@ -576,7 +579,7 @@ def _entry_logprobs(content: Sequence[Any]) -> list[float]:
         if entry is None:
             append(math.nan)
             continue
-        if not isinstance(entry, Mapping):
+        if not is_mapping(entry):
             raise DecodeError.make(f"{KEY_CONTENT}[{i}]", 'an object {"logprob": ...} or null', entry)
         value = entry.get(KEY_LOGPROB)
         # The hot path: a call per entry nearly doubled this loop (1M parsed entries, 230 ms to 430 ms). A plain

@@ -39,6 +39,7 @@ from r3wire._envelope import build_envelope
 from r3wire._jsonpath import json_path as _path
 from r3wire._jsontext import parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
+from r3wire._utf8 import NotUtf8, first_leaf, first_not_utf8
 from r3wire._validate import as_text, optional_max_elements, plain_str
 from r3wire._walk import EXIT, Guard, holds_any
 from r3wire.arrays import array_wire, decode_array
@@ -229,7 +230,10 @@ def _inert(items: Sequence[Any]) -> bool:
     """True if ``items`` holds nothing :func:`dumps` must look at: no array, container or non-finite float."""
     if len(items) < _LONG_LIST:
         return False
-    kinds = set(map(type, items))
+    try:
+        kinds = set(map(type, items))
+    except TypeError:  # an unhashable class (see r3wire._typeset): the per-item path refuses it
+        return False
     if kinds <= _INERT_TYPES:
         return True
     if kinds <= _NUMBER_TYPES:
@@ -848,7 +852,9 @@ def dumps(
         EncodeError: an array cannot be encoded (e.g. a negative expert id under a routes key, a non-finite
             logprob without ``clamp_logprobs``, more than 32 dimensions), a float is NaN or infinite (orjson would
             silently write ``null``), an object spells an r3wire schema name, or a value is not
-            JSON-serializable. The field is a path such as ``$.choices[0].routed_experts[5, 2, 0]``.
+            JSON-serializable (a type orjson refuses, an integer beyond 64 bits, a string or key holding a lone
+            surrogate, which UTF-8 cannot encode). The field is a path such as
+            ``$.choices[0].routed_experts[5, 2, 0]``.
         R3WireError: an option is invalid (``routes_keys`` and ``logprobs_keys`` must not share a key; ``option``
             must be made of ``orjson.OPT_*`` flags).
     """
@@ -951,7 +957,36 @@ def _write(obj: Any, writer: _Writer, option: int | None) -> bytes:
     try:
         return orjson.dumps(prepared, option=option)
     except orjson.JSONEncodeError as exc:
-        raise EncodeError.make("$", "JSON-serializable", str(exc), raw=True) from exc
+        # orjson names no location for a string that is not UTF-8 or an integer it cannot write: found here, on
+        # this path only.
+        reason = str(exc)
+        found = first_not_utf8(prepared) if "UTF-8" in reason else None
+        if found is not None:
+            raise _not_utf8_error(found) from exc
+        too_big = first_leaf(prepared, _beyond_64_bits) if "64-bit" in reason else None
+        if too_big is not None:
+            raise EncodeError.make(
+                _path(too_big[0]), "an integer in -2**63 .. 2**64-1 (what orjson writes)", too_big[1]
+            ) from exc
+        _, named, type_name = reason.partition("Type is not JSON serializable: ")
+        odd = first_leaf(prepared, lambda leaf: type(leaf).__name__ == type_name) if named else None
+        if odd is not None:
+            raise EncodeError.make(_path(odd[0]), "JSON-serializable", reason, raw=True) from exc
+        raise EncodeError.make("$", "JSON-serializable", reason, raw=True) from exc
+
+
+def _beyond_64_bits(leaf: object) -> bool:
+    return isinstance(leaf, int) and not isinstance(leaf, bool) and not -(2**63) <= leaf < 2**64
+
+
+def _not_utf8_error(found: NotUtf8) -> R3WireError:
+    """The error for a string dumps cannot write (JSON text is UTF-8, which has no lone surrogate), at its path."""
+    return EncodeError.make(
+        _path(found.parts),
+        "a string UTF-8 can encode (no lone surrogate)",
+        f"a lone surrogate {ascii(found.text[found.at])[1:-1]} at character {found.at}",
+        raw=True,
+    )
 
 
 class _CutMismatchError(Exception):
@@ -1445,9 +1480,15 @@ def _copy_decoded(root: Any, reader: _Reader) -> tuple[Any, bool]:
     return top, tuples
 
 
+def _is_container(value: object) -> bool:
+    # By identity, not a set lookup: that would hash the class, which an unhashable one (see r3wire._typeset) refuses.
+    cls = type(value)
+    return cls is dict or cls is list or cls is _TupleList
+
+
 def _tuples_back(root: Any) -> Any:
     """Turn every :class:`_TupleList` of a decoded copy back into a tuple, innermost first."""
-    if type(root) not in _CONTAINER_TYPES:
+    if not _is_container(root):
         return root  # e.g. the array a root envelope decoded to
     order: list[Any] = []
     stack = [root]
@@ -1455,7 +1496,7 @@ def _tuples_back(root: Any) -> Any:
         node = stack.pop()
         order.append(node)
         items = node.values() if type(node) is dict else node
-        stack.extend(item for item in items if type(item) in _CONTAINER_TYPES)
+        stack.extend(item for item in items if _is_container(item))
     for node in reversed(order):  # every container after all of its descendants
         items = list(node.items()) if type(node) is dict else list(enumerate(node))
         for key, item in items:
@@ -1506,7 +1547,8 @@ def loads(
         The document, with arrays in place of envelopes.
 
     Raises:
-        DecodeError: the text is not valid JSON, or an envelope in it is malformed, or a parsed document holds a
+        DecodeError: the text is not valid JSON (a string that is not UTF-8, or a number beyond a double's range
+            such as ``1e400``, is named at its path), or an envelope in it is malformed, or a parsed document holds a
             reference cycle or shares containers past that limit; the field is a path such as
             ``$.choices[0].routed_experts.shape``.
         UnsupportedVersionError: an envelope's schema version is newer than this release reads.

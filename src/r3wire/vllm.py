@@ -23,6 +23,7 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._routecheck import optional_num_experts
+from r3wire._typeset import distinct_types, is_mapping, is_sequence
 from r3wire._validate import is_int, load_object, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.logprobs import (
@@ -98,7 +99,7 @@ def _sequence(value: Any, field: str, expected: str, error: type[R3WireError] = 
     The one reader of every sequence attribute of an output, so a ``None``, a number, a dict or a one-shot
     generator where a list belongs is r3wire's error naming the attribute, never ``len()``'s ``TypeError``.
     """
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray, memoryview)):
+    if is_sequence(value) and not isinstance(value, (str, bytes, bytearray, memoryview)):
         return value
     raise error.make(field, expected, type(value).__name__, raw=True)
 
@@ -275,14 +276,14 @@ def _int_vector(raw: Any, field: str, noun: str, error: type[R3WireError] = Enco
             raise error.make(f"{field}[{i}]", f"{_article(noun)} {noun} below 2**63", int(array[i]))
         return array.astype(np.int64, copy=False)
     values = _sequence(raw, field, f"a sequence of {_plural(noun)}", error)
-    kinds = set(map(type, values))
+    kinds = distinct_types(values)
     odd = [
         k
         for k in kinds
         if not (issubclass(k, (int, np.integer)) and not issubclass(k, (bool, np.bool_, np.timedelta64)))
     ]
     if odd:
-        i = next(i for i, v in enumerate(values) if type(v) in odd)
+        i = next(i for i, v in enumerate(values) if any(type(v) is k for k in odd))
         raise error.make(f"{field}[{i}]", f"an integer {noun}", values[i])
     if not values:
         return np.zeros(0, dtype=np.int64)
@@ -337,7 +338,7 @@ def _list_sampled(positions: Sequence[Any], token_ids: np.ndarray[Any, Any], fie
         if position is None:
             append(None)
             continue
-        if not isinstance(position, Mapping):
+        if not is_mapping(position):
             raise EncodeError.make(f"{field}[{i}]", "a dict {token_id: Logprob} or None", position)
         append(_logprob_value(position.get(token), f"{field}[{i}][{token}]"))  # {} or an absent id: None
     return values
@@ -510,9 +511,9 @@ def decode_completion(
     num_clamped = 0
     lp = obj.get(KEY_LOGPROBS)
     if lp is not None:
-        if isinstance(lp, Mapping) and KEY_SCHEMA in lp:
+        if is_mapping(lp) and KEY_SCHEMA in lp:
             values = _read_logprobs_envelope(lp, len(token_ids))
-        elif isinstance(lp, Mapping) and KEY_CONTENT in lp:
+        elif is_mapping(lp) and KEY_CONTENT in lp:
             try:
                 values, num_clamped = read_logprobs_content(lp, floor=floor, request_id=request_id)
             except DecodeError as exc:

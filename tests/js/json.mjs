@@ -7,7 +7,9 @@
 //
 // Objects become null-prototype objects (a member named "__proto__" is an ordinary member). Duplicate member
 // names, nesting deeper than MAX_DEPTH, NaN/Infinity, trailing commas, leading zeros, raw control characters
-// in strings and unpaired surrogate escapes (I-JSON, RFC 7493) are syntax errors.
+// in strings and unpaired surrogate escapes (I-JSON, RFC 7493) are syntax errors. So is a number with a fraction or
+// an exponent beyond a double's range (1e400: wire-format.md §13, "Numbers"), never read as Infinity. A string
+// value's unpaired surrogate and such a number are JsonValueErrors, which carry the value's place (`parts`).
 
 export const MAX_DEPTH = 1024;
 
@@ -16,6 +18,15 @@ export class JsonSyntaxError extends Error {
     super(`${message} at offset ${offset}`);
     this.name = "JsonSyntaxError";
     this.offset = offset;
+  }
+}
+
+/** A syntax error in a value whose place is known: `parts`, the keys and indices from the root to it. */
+export class JsonValueError extends JsonSyntaxError {
+  constructor(message, offset, parts) {
+    super(message, offset);
+    this.name = "JsonValueError";
+    this.parts = parts;
   }
 }
 
@@ -53,9 +64,17 @@ const ESCAPES = { '"': '"', "\\": "\\", "/": "/", b: "\b", f: "\f", n: "\n", r: 
 /** Parse JSON text; numbers become JsonNumber. Throws JsonSyntaxError. */
 export function parseJson(text) {
   let pos = 0;
+  // The place of the value being parsed (keys and indices), for the errors that name it; `inKey` while a member
+  // name is read (a bad name is a syntax error without a place).
+  const parts = [];
+  let inKey = false;
 
   const fail = (message) => {
     throw new JsonSyntaxError(message, pos);
+  };
+  const failAt = (message) => {
+    if (inKey) fail(message);
+    throw new JsonValueError(message, pos, [...parts]);
   };
   const skipSpace = () => {
     while (pos < text.length) {
@@ -93,10 +112,10 @@ export function parseJson(text) {
       if (e === "u") {
         const unit = readEscape(pos);
         pos += 6;
-        if (unit >= 0xdc00 && unit <= 0xdfff) fail("unpaired surrogate escape");
+        if (unit >= 0xdc00 && unit <= 0xdfff) failAt("unpaired surrogate escape");
         if (unit >= 0xd800 && unit <= 0xdbff) {
           const low = text.startsWith("\\u", pos) ? readEscape(pos) : -1;
-          if (low < 0xdc00 || low > 0xdfff) fail("unpaired surrogate escape");
+          if (low < 0xdc00 || low > 0xdfff) failAt("unpaired surrogate escape");
           out += String.fromCharCode(unit, low);
           pos += 6;
         } else {
@@ -134,8 +153,11 @@ export function parseJson(text) {
     NUMBER.lastIndex = pos;
     const match = NUMBER.exec(text);
     if (match === null) fail("unexpected character");
+    const number = new JsonNumber(match[0]);
+    // An integer token is exact at any size (BigInt); any other must be a double's, never Infinity.
+    if (!number.isInteger() && !Number.isFinite(number.toNumber())) failAt(`number ${match[0]} out of range`);
     pos += match[0].length;
-    return new JsonNumber(match[0]);
+    return number;
   };
 
   const parseObject = (depth) => {
@@ -150,7 +172,9 @@ export function parseJson(text) {
       skipSpace();
       if (text[pos] !== '"') fail("expected a member name");
       const keyAt = pos;
+      inKey = true;
       const key = parseString();
+      inKey = false;
       if (Object.hasOwn(out, key)) {
         pos = keyAt;
         fail(`duplicate member name ${JSON.stringify(key)}`);
@@ -158,7 +182,9 @@ export function parseJson(text) {
       skipSpace();
       if (text[pos] !== ":") fail("expected ':'");
       pos++;
+      parts.push(key);
       out[key] = parseValue(depth);
+      parts.pop();
       skipSpace();
       if (text[pos] === ",") {
         pos++;
@@ -181,7 +207,9 @@ export function parseJson(text) {
       return out;
     }
     for (;;) {
+      parts.push(out.length);
       out.push(parseValue(depth));
+      parts.pop();
       skipSpace();
       if (text[pos] === ",") {
         pos++;

@@ -18,7 +18,7 @@
 // whole), `expected` and `got`. Results: {dtype, shape: BigInt[], bytes: Uint8Array (little-endian, as on the
 // wire; for packed routes the unpacked ids as `dtype`), values: Number[] | BigInt[] (flat, C order)}.
 
-import { JsonNumber, JsonSyntaxError, parseJson } from "./json.mjs";
+import { JsonNumber, JsonSyntaxError, JsonValueError, parseJson } from "./json.mjs";
 
 export const SUPPORTED_VERSIONS = [1n];
 export const MAX_NDIM = 32;
@@ -95,14 +95,26 @@ export function isPlainObject(value) {
   return value !== null && typeof value === "object" && !Array.isArray(value) && !(value instanceof JsonNumber);
 }
 
-export function parseInput(input) {
+export function parseInput(input, where = memberNames) {
   if (typeof input !== "string") return input;
   try {
     return parseJson(input);
   } catch (error) {
+    // wire-format.md §13: a string value with an unpaired surrogate, or a number beyond a double's range, is
+    // named at its place; any other invalid text has none (field null).
+    if (error instanceof JsonValueError) reject(where(error.parts), "a valid JSON value", error.message);
     if (error instanceof JsonSyntaxError) reject(null, "valid JSON", error.message);
     throw error;
   }
+}
+
+/** The place of a value in an envelope's text as its member names (`shape[0]`), null for the whole text. */
+function memberNames(parts) {
+  const steps = parts.map((part) =>
+    typeof part === "number" ? `[${part}]` : /^[A-Za-z_][A-Za-z0-9_]*$/.test(part) ? `.${part}` : `[${JSON.stringify(part)}]`,
+  );
+  const path = steps.join("").replace(/^\./, "");
+  return path === "" ? null : path;
 }
 
 function bitLength(n) {

@@ -25,6 +25,7 @@ import {
   decodeLogprobs,
   decodeRoutes,
   elementCount,
+  integerOf,
   isPlainObject,
   parseInput,
   reject,
@@ -419,7 +420,7 @@ function beside(chain, paths, keys) {
 
 /** Read every routes field of a response body, in document order. Throws DecodeError (field = JSONPath). */
 export function readResponse(input, options = {}) {
-  const body = parseInput(input);
+  const body = parseInput(input, jsonPath);
   // formats.md, "Whole responses": JSON text holding a scalar is no body, never read as one without routes.
   if (!isPlainObject(body) && !Array.isArray(body)) reject("$", "a JSON object or array (a response body)", body);
   // formats.md, "Where": a list is a batch of bodies, each an object; text or any other item is refused.
@@ -471,6 +472,15 @@ export function readResponse(input, options = {}) {
       const count = BigInt(prompt.length + tokens.length);
       if (BigInt(first) + rows > count) {
         throw new DecodeError(path, `rows that fit the call: start + rows <= ${count} tokens`, `${rows} rows from ${first}`);
+      }
+    }
+    // formats.md, "sglang": the counts SGLang's meta_info states beside its routes bound them the same way (read
+    // only when both are non-negative integers).
+    const counts = holder === null ? [] : [holder.prompt_tokens, holder.completion_tokens].map(integerOf);
+    if (counts.length === 2 && counts.every((n) => n !== null && n >= 0n)) {
+      const first = BigInt(result.start ?? 0n);
+      if (first + BigInt(result.shape[0]) > counts[0] + counts[1]) {
+        throw new DecodeError(path, `rows that fit the stated counts: start + rows <= ${counts[0] + counts[1]} tokens`, `${result.shape[0]} rows from ${first}`);
       }
     }
     results.push({

@@ -27,6 +27,7 @@ import numpy as np
 from r3wire._arraylike import as_numpy
 from r3wire._jsonpath import json_path as _path
 from r3wire._routecheck import optional_num_experts
+from r3wire._typeset import is_mapping
 from r3wire._validate import check_int, check_shape, optional_max_elements, plain_str
 from r3wire._walk import Guard
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
@@ -75,6 +76,7 @@ from r3wire.formats._response import (
     KEY_ROUTED_EXPERTS_DTYPE,
     beside_routes,
     check_call_fits,
+    check_counts_fit,
     find_routes,
     relocated,
     routes_identity,
@@ -296,7 +298,7 @@ def _detect_routed_experts_field(holder: Mapping[Any, Any], has_shape: bool) -> 
         raise DecodeError.make(
             KEY_ROUTED_EXPERTS, "a routes value", "null (the engine returned no routes for this choice)", raw=True
         )
-    if isinstance(value, Mapping):
+    if is_mapping(value):
         return _detect_mapping(value, has_shape, nested=f"{KEY_ROUTED_EXPERTS}.{KEY_ROUTED_EXPERTS}")
     if isinstance(value, list):
         return _detect_list(value), value
@@ -332,7 +334,7 @@ def _detect_list(value: list[Any]) -> str:
         return "fireworks-matrices"
     if isinstance(first, list):
         return "json-lists"
-    if isinstance(first, Mapping):
+    if is_mapping(first):
         raise DecodeError.make(
             None, "a routes value (a list of objects is a batch of responses: pass it to read_response)",
             f"a list of {len(value)} objects", raw=True,
@@ -392,7 +394,7 @@ def _detect(payload: object, *, has_shape: bool, nested: str | None = None) -> t
 
     ``nested``: ``payload`` is a routes value itself (read_response), whose ``routed_experts`` member this field
     names: refused, never read as a holder of routes."""
-    if isinstance(payload, Mapping):
+    if is_mapping(payload):
         return _detect_mapping(payload, has_shape, nested=nested)
     if isinstance(payload, list):
         return _detect_list(payload), payload
@@ -516,7 +518,7 @@ def read(
     )
     if name == "auto":
         name, payload = _detect(payload, has_shape=opts.num_layers is not None and opts.top_k is not None)
-    elif isinstance(payload, Mapping) and KEY_ROUTED_EXPERTS in payload and name not in _HOLDER_READERS:
+    elif is_mapping(payload) and KEY_ROUTED_EXPERTS in payload and name not in _HOLDER_READERS:
         payload = payload[KEY_ROUTED_EXPERTS]  # a choice or message holding the value: read the value
     if dtype is not None and name != "sglang":
         raise R3WireError.make("dtype", f"None ({name} carries its dtype; only sglang's bare string needs one)", dtype)
@@ -560,15 +562,15 @@ def _placed(error: R3WireError, parts: tuple[object, ...], value: object, *, wra
     field = error.field or ""
     if wrapped and (field.startswith(KEY_ROUTED_EXPERTS_DTYPE) or error.expected is None or error.got is None):
         return relocated(error, parts[:-1])  # a member of the holder, or an error make() did not build
-    if (wrapped or not isinstance(value, Mapping)) and field.startswith(KEY_ROUTED_EXPERTS):
+    if (wrapped or not is_mapping(value)) and field.startswith(KEY_ROUTED_EXPERTS):
         field = field[len(KEY_ROUTED_EXPERTS) :]  # the reader's name for the value itself
     if isinstance(error, UnsupportedVersionError) or error.expected is None or error.got is None:
         return relocated(error, parts)  # not an error make() builds: left as the reader named it
     head, bracket, index = field.partition("[")
     head = head.strip(".")
     member, _, inner = head.partition(".")
-    inside = not isinstance(value, Mapping)  # what the reader names is inside an encoded string
-    if isinstance(value, Mapping) and member in value:
+    inside = not is_mapping(value)  # what the reader names is inside an encoded string
+    if is_mapping(value) and member in value:
         if not isinstance(value[member], str):
             # A member holding JSON (shape, start, a nested object): the field is a real path.
             return relocated(type(error).make(head + bracket + index, error.expected, error.got, raw=True), parts)
@@ -634,7 +636,8 @@ def read_response(
             malformed (an envelope of logprobs that is not 1-d included), or the logprobs are not one per token id
             (or an SGLang entry names another token id), or
             token ids (prompt or completion) are malformed or more than ``max_elements``, or the routes have more
-            rows than the call's prompt and completion ids have tokens, or a routes value holds ``routed_experts``
+            rows than the call's prompt and completion ids (or SGLang's ``meta_info`` ``prompt_tokens`` and
+            ``completion_tokens`` beside them) have tokens, or a routes value holds ``routed_experts``
             again, or a body built in process holds a reference cycle or shares containers past the bound of
             :class:`r3wire._walk.Guard`; the field is the JSONPath of the problem
             (``$.choices[0].routed_experts.shape``, ``$.choices[0].logprobs.content``, ``$.prompt_token_ids[2]``,
@@ -651,7 +654,7 @@ def read_response(
     experts = optional_num_experts(num_experts)
     sglang_dtype = _sglang_dtype(dtype)
     has_shape = num_layers is not None and top_k is not None
-    if not isinstance(body, (Mapping, list, tuple)):
+    if not (isinstance(body, (list, tuple)) or is_mapping(body)):
         # Exactly the text loads accepts (any bytes-like object or str); anything else is refused by type, never
         # walked into [] (which a trainer would take for "no routes").
         body = load_json(_as_text(body), what="a response body")
@@ -666,7 +669,7 @@ def read_response(
         # A batch is a list of bodies, each an object. Anything else in it, above all a body still as text
         # (``[r.text for r in responses]``), would be walked as data into ``[]``: "no routes", silently.
         for i, item in enumerate(body):
-            if not isinstance(item, Mapping):
+            if not is_mapping(item):
                 raise DecodeError.make(
                     f"$[{i}]",
                     "a response body as a JSON object (a list is a batch of parsed bodies: "
@@ -705,6 +708,7 @@ def read_response(
             raise _placed(exc, found.parts, found.value, wrapped=wrapped) from exc
         beside = beside_routes(found, max_elements=limit)
         check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts)
+        check_counts_fit(int(result.routes.shape[0]), result.start, found)
         clamped = beside.logprobs
         read_beside = (beside.token_ids, beside.prompt_token_ids, None if clamped is None else clamped.values)
         guard.decoded(identity, result.routes.size + sum(0 if array is None else array.size for array in read_beside))

@@ -16,12 +16,12 @@ Layouts from eval-protocol/python-sdk ``eval_protocol/adapters/r3_deserializer.p
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import numpy as np
 
 from r3wire._base64 import b64decode_strict
+from r3wire._typeset import is_mapping, is_sequence
 from r3wire._validate import DEFAULT_MAX_ELEMENTS, check_element_count, check_keys, check_shape, load_object
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.formats._common import (
@@ -73,7 +73,7 @@ def read_fireworks_trace(payload: object, opts: ReadOptions) -> ReadResult:
     payload = load_object(payload, what='a Fireworks trace payload {"manifest", "data"}')
     check_keys(payload, required=(KEY_MANIFEST, KEY_DATA))
     manifest = payload[KEY_MANIFEST]
-    if not isinstance(manifest, Mapping):
+    if not is_mapping(manifest):
         raise DecodeError.make(KEY_MANIFEST, "an object", type(manifest).__name__, raw=True)
     # Unknown manifest keys could change what the data means (an encryption, another layout): refused.
     check_keys(manifest, required=(KEY_PAYLOAD_VERSION, KEY_COMPRESSION))
@@ -140,7 +140,7 @@ def read_fireworks_matrices(payload: object, opts: ReadOptions) -> ReadResult:
     """
     if isinstance(payload, (str, bytes, bytearray, memoryview)):
         payload = load_json(payload, what="a JSON list of base64 matrices and nulls")
-    if not isinstance(payload, Sequence) or isinstance(payload, (str, bytes, bytearray)):
+    if not is_sequence(payload) or isinstance(payload, (str, bytes, bytearray)):
         raise DecodeError.make(
             None, "a list of base64 matrices and nulls, one per token", type(payload).__name__, raw=True
         )

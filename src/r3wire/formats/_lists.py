@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import numpy as np
 
+from r3wire._typeset import types_within
 from r3wire._validate import check_element_count, check_shape, is_int
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.formats._common import (
@@ -30,6 +31,8 @@ __all__ = ["read_json_lists", "write_json_lists"]
 _ROUTES_NDIM: Final = 3
 _INT32: Final = np.iinfo(np.int32)
 _INT64: Final = np.iinfo(np.int64)
+
+_INT_ONLY: Final = frozenset({int})
 
 
 def read_json_lists(payload: object, opts: ReadOptions) -> ReadResult:
@@ -92,8 +95,7 @@ def _to_array(payload: list[Any], shape: tuple[int, ...]) -> np.ndarray[Any, Any
             raise _irregular(depth, f"lists of {width}")
         level1 = list(itertools.chain.from_iterable(level1))
     ids = level1
-    kinds = set(map(type, ids))
-    if not kinds <= {int}:
+    if not types_within(ids, _INT_ONLY):
         # NumPy ints from in-process callers are fine; bools, floats and strings are not ids.
         for x in ids:
             if type(x) is not int and not is_int(x):

@@ -19,6 +19,7 @@ from typing import Any, Final
 import numpy as np
 
 from r3wire._base64 import b64decode_strict, b64encode_text
+from r3wire._typeset import is_mapping
 from r3wire._validate import check_element_count, check_shape
 from r3wire.errors import DecodeError, describe
 from r3wire.formats._common import (
@@ -148,7 +149,7 @@ def _npy_to_routes(payload: str | bytes | bytearray | memoryview, *, max_element
 def read_vllm_npy(payload: object, opts: ReadOptions) -> ReadResult:
     """Read the base64 of a ``.npy`` file (vLLM), the raw ``.npy`` bytes, or a mapping holding it under
     ``routed_experts`` (a vLLM choice; other keys are ignored)."""
-    value = mapping_get(payload, KEY_ROUTED_EXPERTS) if isinstance(payload, Mapping) else payload
+    value = mapping_get(payload, KEY_ROUTED_EXPERTS) if is_mapping(payload) else payload
     routes = _npy_to_routes(text_of(value, KEY_ROUTED_EXPERTS), max_elements=opts.max_elements)
     check_ids(routes, KEY_ROUTED_EXPERTS, num_experts=opts.num_experts)
     return ReadResult(routes=routes, format="vllm-npy")

@@ -20,6 +20,7 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 
 from r3wire._jsonpath import json_path as _path
+from r3wire._typeset import is_mapping, types_within
 from r3wire._walk import EXIT, Guard, holds_any
 from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
@@ -41,6 +42,7 @@ __all__ = [
     "Found",
     "beside_routes",
     "check_call_fits",
+    "check_counts_fit",
     "find_routes",
     "relocated",
     "routes_identity",
@@ -59,7 +61,10 @@ TOKEN_ID_KEYS: Final = ("token_ids", "output_ids")
 # response (shared by its choices), beside output_ids at the top of an SGLang /generate body (return_prompt_token_ids).
 KEY_PROMPT_TOKEN_IDS: Final = "prompt_token_ids"
 KEY_LOGPROBS: Final = "logprobs"
-KEY_SGLANG_LOGPROBS: Final = "output_token_logprobs"  # SGLang meta_info: [[logprob, token_id, text], ...]
+KEY_SGLANG_LOGPROBS: Final = "output_token_logprobs"
+# SGLang meta_info's token counts (tokenizer_manager.py), beside routed_experts: a bound on its rows.
+KEY_PROMPT_TOKENS: Final = "prompt_tokens"
+KEY_COMPLETION_TOKENS: Final = "completion_tokens"  # SGLang meta_info: [[logprob, token_id, text], ...]
 KEY_TOKEN_LOGPROBS: Final = "token_logprobs"  # OpenAI completions: logprobs.token_logprobs
 KEY_CONTENT: Final = "content"  # OpenAI chat and vLLM generate: logprobs.content[i].logprob
 _INT64_MAX: Final = (1 << 63) - 1
@@ -86,6 +91,8 @@ _NO_ROUTES_KEYS: Final = frozenset(
 _LONG_LIST: Final = 16
 # What the walk enters: any mapping (a dict subclass, MappingProxyType...), list or tuple, subclasses included.
 _WALKED: Final = (Mapping, list, tuple)
+
+_INT_ONLY: Final = frozenset({int})
 
 
 # A node's path as a link to its parent's: (parent link, key or index), None at the root. Every node holds one
@@ -168,7 +175,7 @@ def find_routes(root: object, guard: Guard | None = None) -> Iterator[Found]:
         if is_field:
             yield Found(node, _parts(link), key, context, outer)
             continue
-        if isinstance(node, Mapping):
+        if is_mapping(node):
             if _is_routes_envelope(node):
                 yield Found(node, _parts(link), None, context, outer)
                 continue
@@ -314,6 +321,39 @@ def check_call_fits(rows: int, start: int | None, beside: Beside, routes_parts: 
     raise relocated(DecodeError.make(None, expected, got, raw=True), routes_parts)
 
 
+def check_counts_fit(rows: int, start: int | None, found: Found) -> None:
+    """Hold routes to the token counts their holder states (SGLang's ``meta_info``: ``prompt_tokens`` and
+    ``completion_tokens``), for bodies without the token ids themselves: a call of ``n`` tokens has at most ``n``
+    rows from position 0, as in :func:`check_call_fits`.
+
+    SGLang sends ``prompt_tokens + completion_tokens - 1 - routed_experts_start_len`` rows and does not echo that
+    start, so the exact count cannot be checked; this bound catches routes read with too small a
+    ``num_layers * top_k`` (SGLang's string carries no shape: a wrong pair whose byte count divides evenly
+    reshapes into more rows). Counts that are not both plain non-negative integers are not used.
+
+    Raises:
+        DecodeError: ``start + rows`` exceeds ``prompt_tokens + completion_tokens``; the field is the routes'
+            JSONPath, the message names both counts' paths.
+    """
+    holder = found.holder
+    if holder is None:
+        return
+    prompt, completion = holder.get(KEY_PROMPT_TOKENS), holder.get(KEY_COMPLETION_TOKENS)
+    if type(prompt) is not int or type(completion) is not int or prompt < 0 or completion < 0:
+        return
+    tokens, first = prompt + completion, start or 0
+    if first + rows <= tokens:
+        return
+    at = found.parts[:-1]
+    expected = (
+        f"rows that fit the call: start + rows <= {tokens} tokens ({prompt} at {_path((*at, KEY_PROMPT_TOKENS))} + "
+        f"{completion} at {_path((*at, KEY_COMPLETION_TOKENS))}; SGLang sends prompt + completion - 1 - "
+        "routed_experts_start_len rows: check num_layers and top_k, which its string does not carry)"
+    )
+    got = f"start {first} + {rows} rows = {first + rows}" if first else f"{rows} rows"
+    raise relocated(DecodeError.make(None, expected, got, raw=True), found.parts)
+
+
 def _check_entry_ids(
     entries: Sequence[Any],
     skip: int,
@@ -360,7 +400,7 @@ def _near_prompt_ids(
 def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | None) -> np.ndarray[Any, Any]:
     """The one reader of token ids (completion and prompt alike): a list of integers in ``0 .. 2**63 - 1`` or an
     r3wire ``dumps`` integer array, as int64, at most ``max_elements`` of them."""
-    if isinstance(value, Mapping) and value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # an r3wire dumps body
+    if is_mapping(value) and value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # an r3wire dumps body
         try:
             array = decode_array(value, max_elements=max_elements)
         except DecodeError as exc:
@@ -380,7 +420,7 @@ def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | Non
         )
     # NumPy converts and bounds the ids in C (a 32k-token prompt in about half the time of Python's min and max);
     # only a list it refuses, or one holding a negative id, is searched for the id to name.
-    fits = set(map(type, value)) <= {int}
+    fits = types_within(value, _INT_ONLY)
     if fits:
         try:
             ids: np.ndarray[Any, Any] = np.array(value, dtype=np.int64)
@@ -450,7 +490,7 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
         return _Read(_numbers(numbers[skip:] if skip else numbers, suffix="[0]"), ())
     if isinstance(value, (list, tuple)):
         return _Read(_numbers(value[skip:] if skip else value), ())
-    if not isinstance(value, Mapping):
+    if not is_mapping(value):
         raise DecodeError.make(None, "a logprobs object or list", type(value).__name__, raw=True)
     if value.get(KEY_SCHEMA) == LOGPROBS_SCHEMA.name:
         return _Read(clamp_logprobs(_one_per_token(decode_logprobs(value, max_elements=max_elements))[skip:]), ())
@@ -502,7 +542,7 @@ def _numbers(values: Sequence[Any], suffix: str = "") -> ClampResult:
     Raises:
         DecodeError: at ``[i]`` (then ``suffix``), a value that is neither a number nor null.
     """
-    if set(map(type, values)) <= _PLAIN_NUMBERS:
+    if types_within(values, _PLAIN_NUMBERS):
         # Only plain floats and None: logprob_value would return each float as itself and None as NaN, which is
         # what NumPy makes of them in one call.
         array: np.ndarray[Any, Any] = np.array(values, dtype=np.float64)

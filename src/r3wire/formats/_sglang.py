@@ -8,9 +8,9 @@ The caller supplies ``num_layers`` and ``top_k``; the row count follows from the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Final
 
+from r3wire._typeset import is_mapping
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.formats._common import (
     ReadOptions,
@@ -47,7 +47,7 @@ def _dtype_name(value: object, field: str) -> str:
 def read_sglang(payload: object, opts: ReadOptions) -> ReadResult:
     """Read SGLang's bare base64 string, or a ``meta_info``-like mapping holding ``routed_experts`` (and
     optionally ``routed_experts_dtype``; other keys are ignored, so ``meta_info`` can be passed as is)."""
-    if isinstance(payload, Mapping):
+    if is_mapping(payload):
         text = text_of(mapping_get(payload, KEY_ROUTED_EXPERTS), KEY_ROUTED_EXPERTS)
         stated = payload.get(KEY_ROUTED_EXPERTS_DTYPE)
         if stated is None:  # not said (older servers, sgl_ext, dynamo): the caller's dtype, else int32

@@ -1,0 +1,124 @@
+"""Properties of what orjson refuses without saying where: r3wire names the place.
+
+- a document with one string that is not UTF-8 (a lone surrogate, in a ``str`` or ``np.str_`` value or in a key)
+  planted anywhere is refused by ``dumps`` and ``iter_dumps`` with an ``EncodeError`` whose field is that place's
+  path; its JSON text (the surrogate escaped, raw in a ``str``, or as bytes that are not UTF-8) is refused by
+  ``loads`` and ``read_response`` with a ``DecodeError`` at the same path;
+- JSON text with one number beyond a double's range (``1e400``) planted anywhere is refused at its path.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from _fuzzing import JSON_LEAVES
+from hypothesis import given
+from hypothesis import strategies as st
+
+import r3wire
+from r3wire import DecodeError, EncodeError
+from r3wire._jsonpath import json_path
+from r3wire.formats import read_response
+
+pytestmark = pytest.mark.property
+
+# orjson writes integers of 64 bits (dumps names a wider one at its path too, but one refusal per document here).
+_LEAVES = JSON_LEAVES.filter(lambda x: not isinstance(x, int) or -(2**63) <= x < 2**63)
+_DOCS = st.recursive(
+    _LEAVES,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=6), children, max_size=4),
+    max_leaves=10,
+)
+# st.text draws no surrogates: the planted one is the only one, and cannot pair with a neighbour.
+_BAD = st.tuples(st.text(max_size=4), st.integers(0xD800, 0xDFFF), st.text(max_size=4)).map(
+    lambda t: t[0] + chr(t[1]) + t[2]
+)
+
+
+def _sites(doc: Any) -> list[tuple[list[object], str]]:
+    """Every place a value or a key can be planted: (path to it, "value" or "key")."""
+    out: list[tuple[list[object], str]] = [([], "value")]
+    stack: list[tuple[Any, list[object]]] = [(doc, [])]
+    while stack:
+        node, parts = stack.pop()
+        items = (
+            list(node.items()) if isinstance(node, dict) else list(enumerate(node)) if isinstance(node, list) else []
+        )
+        for key, item in items:
+            out.append(([*parts, key], "value"))
+            if isinstance(node, dict):
+                out.append(([*parts, key], "key"))
+            stack.append((item, [*parts, key]))
+    return out
+
+
+def _plant(doc: Any, parts: list[object], kind: str, new: object) -> tuple[Any, list[object]]:
+    """``doc`` with ``new`` as the value (or the key) at ``parts``, and the path that names it."""
+    if not parts:
+        return new, []
+    *above, last = parts
+    node = doc
+    for part in above:
+        node = node[part]
+    if kind == "value":
+        node[last] = new
+        return doc, parts
+    assert isinstance(node, dict)
+    # Rebuilt in order, so the renamed member keeps its place in the document.
+    items = [(new if key == last else key, value) for key, value in node.items()]
+    node.clear()
+    node.update(items)
+    return doc, [*above, new]
+
+
+@given(data=st.data(), doc=_DOCS, bad=_BAD, numpy_str=st.booleans())
+def test_a_string_that_is_not_utf8_is_named_at_its_path(
+    data: st.DataObject, doc: Any, bad: str, numpy_str: bool
+) -> None:
+    parts, kind = data.draw(st.sampled_from(_sites(doc)))
+    planted, path_parts = _plant(doc, parts, kind, np.str_(bad) if numpy_str and kind == "value" else bad)
+    field = json_path(path_parts)
+    with pytest.raises(EncodeError) as info:
+        r3wire.dumps(planted)
+    assert info.value.field == field
+    assert "no lone surrogate" in str(info.value)
+    with pytest.raises(EncodeError) as info:
+        b"".join(r3wire.iter_dumps(planted))
+    assert info.value.field == field
+    plain = str(planted) if isinstance(planted, np.str_) else planted
+    escaped = json.dumps(plain, default=str)  # ensure_ascii: the surrogate as a \u escape
+    raw = json.dumps(plain, ensure_ascii=False, default=str)  # the surrogate itself, in a str
+    # In bytes, the surrogate is 3 bytes that are not UTF-8, each named in a key as U+DC80 + its value (how Python
+    # decodes bytes that are not UTF-8 with "surrogateescape").
+    as_bytes = [
+        p.encode("utf-8", "surrogatepass").decode("utf-8", "surrogateescape") if isinstance(p, str) else p
+        for p in path_parts
+    ]
+    for text, where in ((escaped, field), (raw, field), (raw.encode("utf-8", "surrogatepass"), json_path(as_bytes))):
+        with pytest.raises(DecodeError) as decoded:
+            r3wire.loads(text)
+        assert decoded.value.field == where
+        if isinstance(planted, (dict, list)):
+            with pytest.raises(DecodeError) as decoded:
+                read_response(text)
+            assert decoded.value.field == where
+
+
+@given(data=st.data(), doc=_DOCS, token=st.sampled_from(["1e400", "-1E+309", "1.5e99999", "2" + "0" * 400 + ".0"]))
+def test_a_number_beyond_a_double_is_named_at_its_path(data: st.DataObject, doc: Any, token: str) -> None:
+    parts, _ = data.draw(st.sampled_from([site for site in _sites(doc) if site[1] == "value"]))
+    marker = "r3wire-test-marker"
+    planted, _ = _plant(doc, parts, "value", marker)
+    text = json.dumps(planted).replace(f'"{marker}"', token)
+    for given_text in (text, text.encode()):
+        with pytest.raises(DecodeError) as info:
+            r3wire.loads(given_text)
+        assert info.value.field == json_path(parts)
+        assert "number out of range" in str(info.value)
+        if parts:
+            with pytest.raises(DecodeError) as info:
+                read_response(given_text)
+            assert info.value.field == json_path(parts)

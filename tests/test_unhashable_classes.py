@@ -1,0 +1,107 @@
+"""A value whose class is unhashable (its metaclass defines ``__eq__`` without ``__hash__``) is refused like any
+other unsupported value, naming its field, by every public entry point whose fast path sorts values out by their
+types (``set(map(type, ...))``, a type table, ``isinstance`` against an ABC): never a ``TypeError``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+
+import r3wire
+from r3wire import DecodeError, EncodeError, R3WireError
+from r3wire.formats import read, read_response, write
+
+LONG = 300  # past the length at which lists take the fast paths
+
+
+class _Unhashable(type):
+    def __eq__(cls, other: object) -> bool:
+        return cls is other
+
+    __hash__ = None  # type: ignore[assignment]  # what defining __eq__ alone does, said here explicitly
+
+
+class Odd(metaclass=_Unhashable):
+    pass
+
+
+class OddList(list, metaclass=_Unhashable):  # type: ignore[type-arg]
+    pass
+
+
+def _ints(n: int) -> list[Any]:
+    return [1] * n + [Odd()]
+
+
+def _floats(n: int) -> list[Any]:
+    return [0.5] * n + [Odd()]
+
+
+_ROUTES = np.zeros((1, 1, 1), np.uint8)
+CASES: list[tuple[str, Callable[[], object], type[R3WireError], str]] = [
+    ("encode_routes", lambda: r3wire.encode_routes([[[1, Odd()]]], num_experts=8), EncodeError, "routes.dtype"),
+    ("encode_routes long", lambda: r3wire.encode_routes([[[1]]] * LONG + [[[Odd()]]]), EncodeError, "routes.dtype"),
+    ("encode_array", lambda: r3wire.encode_array(_ints(1)), EncodeError, "array.dtype"),
+    ("encode_logprobs", lambda: r3wire.encode_logprobs(_floats(1)), EncodeError, "logprobs[1]"),
+    ("encode_logprobs long", lambda: r3wire.encode_logprobs(_floats(LONG)), EncodeError, f"logprobs[{LONG}]"),
+    ("clamp_logprobs long", lambda: r3wire.clamp_logprobs(_floats(LONG)), EncodeError, f"values[{LONG}]"),
+    ("build_logprobs_content", lambda: r3wire.build_logprobs_content(_floats(1)), EncodeError, "logprobs[1]"),
+    ("dumps", lambda: r3wire.dumps({"a": _ints(1)}), EncodeError, "$.a[1]"),
+    ("dumps long", lambda: r3wire.dumps({"a": _ints(LONG)}), EncodeError, f"$.a[{LONG}]"),
+    (
+        "dumps clamped logprobs",
+        lambda: r3wire.dumps({"logprobs": _floats(LONG)}, clamp_logprobs=True),
+        EncodeError,
+        f"$.logprobs[{LONG}]",
+    ),
+    ("iter_dumps", lambda: b"".join(r3wire.iter_dumps({"a": (_ints(LONG),)})), EncodeError, f"$.a[0][{LONG}]"),
+    ("pad_sequences", lambda: r3wire.pad_sequences([_ints(LONG)]), R3WireError, "values[0].dtype"),
+    ("pad_sequences arrays", lambda: r3wire.pad_sequences([np.zeros(2), Odd()]), R3WireError, "values[1].dtype"),
+    ("pad_routes", lambda: r3wire.pad_routes([_ROUTES, Odd()]), R3WireError, "samples[1].dtype"),
+    ("pack_routes", lambda: r3wire.pack_routes([_ROUTES, Odd()]), R3WireError, "samples[1].dtype"),
+    ("validate_routes", lambda: r3wire.validate_routes([[[[Odd()]]]], num_experts=8), R3WireError, "samples[0].dtype"),
+    (
+        "read_response token ids",
+        lambda: read_response({"choices": [{"routed_experts": [[[1]]], "token_ids": _ints(LONG)}]}),
+        DecodeError,
+        f"$.choices[0].token_ids[{LONG}]",
+    ),
+    (
+        "read_response logprob list",
+        lambda: read_response({"choices": [{"routed_experts": [[[1]]], "logprobs": _floats(LONG)}]}),
+        DecodeError,
+        f"$.choices[0].logprobs[{LONG}]",
+    ),
+    ("read_response batch", lambda: read_response([{}, OddList([1])]), DecodeError, "$[1]"),
+    ("read json-lists", lambda: read([[[1]]] * LONG + [[[Odd()]]], "json-lists"), DecodeError, "routes"),
+    ("write", lambda: write([[[1, Odd()]]], "skyrl"), EncodeError, "routes.dtype"),
+]
+
+
+@pytest.mark.parametrize(("call", "error", "field"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_value_of_an_unhashable_class_is_refused_naming_its_field(
+    call: Callable[[], object], error: type[R3WireError], field: str
+) -> None:
+    with pytest.raises(TypeError):
+        hash(Odd)
+    with pytest.raises(error) as info:
+        call()
+    assert info.value.field == field
+
+
+def test_loads_leaves_such_a_value_of_a_parsed_document_as_it_is() -> None:
+    odd = Odd()
+    doc = r3wire.loads({"a": [[1] * LONG + [odd], (odd,)]})
+    assert doc["a"][0][-1] is odd
+    assert doc["a"][1] == (odd,)
+
+
+def test_the_vllm_adapter_names_such_a_token_id() -> None:
+    vllm = pytest.importorskip("r3wire.vllm")
+    completion = type("Completion", (), {"token_ids": [1, Odd()], "logprobs": None, "routed_experts": None})()
+    with pytest.raises(EncodeError) as info:
+        vllm.encode_completion(completion)
+    assert info.value.field == "output.token_ids[1]"
