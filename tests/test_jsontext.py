@@ -238,8 +238,47 @@ def test_a_number_beyond_a_double_is_refused_at_its_path_in_every_text_reader() 
     assert r3wire.loads("[1e308, 1e-400]") == [1e308, 0.0]  # in range, and underflow to zero, as orjson reads them
 
 
-def test_dumps_names_an_integer_orjson_cannot_write() -> None:
+def test_dumps_writes_the_integers_loads_reads() -> None:
+    """orjson writes integers of 64 bits at most; dumps writes larger ones exactly, as loads reads them, so a body
+    read with loads can be written again (a proxy forwarding a 20-digit seed)."""
+    text = b'{"seed":18446744073709551616,"a":[1,{"b":-99999999999999999999999}],"c":[' + b"9" * 4300 + b"]}"
+    doc = r3wire.loads(text)
+    assert doc["seed"] == 2**64
+    assert doc["a"][1]["b"] == -(10**23 - 1)
+    assert r3wire.dumps(doc) == text
+    assert b"".join(r3wire.iter_dumps(doc)) == text
+    shared = [2**70]  # a container referenced twice is written twice, as orjson writes any other
+    assert r3wire.dumps({"x": shared, "y": (shared, 2**64)}) == (
+        b'{"x":[1180591620717411303424],"y":[[1180591620717411303424],18446744073709551616]}'
+    )
+    assert r3wire.dumps({"s": 2**64}, option=orjson.OPT_INDENT_2) == b'{\n  "s": 18446744073709551616\n}'
+
+
+def test_dumps_refuses_an_integer_no_reader_accepts_at_its_path() -> None:
     with pytest.raises(r3wire.EncodeError) as info:
-        r3wire.dumps({"a": [1, {"b": 2**64}]})
+        r3wire.dumps({"a": [1, {"b": 10**MAX_INT_DIGITS}]})
     assert info.value.field == "$.a[1].b"
-    assert "an integer in -2**63 .. 2**64-1" in str(info.value)
+    assert "an integer of at most 4300 digits" in str(info.value)
+    with pytest.raises(r3wire.EncodeError) as info:  # what the caller asked orjson to refuse stays refused
+        r3wire.dumps({"a": [1, 2**53]}, option=orjson.OPT_STRICT_INTEGER)
+    assert info.value.field == "$.a[1]"
+    assert "OPT_STRICT_INTEGER" in str(info.value)
+    with pytest.raises(r3wire.EncodeError) as info:  # a later refusal of the same document is named too
+        r3wire.dumps({"a": [2**64, "\ud800"]})
+    assert info.value.field == "$.a[1]"
+
+
+def test_dumps_honours_a_lower_interpreter_digit_limit() -> None:
+    get = getattr(sys, "get_int_max_str_digits", None)
+    if get is None:
+        pytest.skip("Python before 3.10.7 has no interpreter digit limit")
+    before = get()
+    sys.set_int_max_str_digits(640)
+    try:
+        assert r3wire.dumps([10**639]) == b"[1" + b"0" * 639 + b"]"
+        with pytest.raises(r3wire.EncodeError) as info:
+            r3wire.dumps({"a": [1, 10**640]})
+        assert info.value.field == "$.a[1]"
+        assert "at most 640 digits" in str(info.value)
+    finally:
+        sys.set_int_max_str_digits(before)

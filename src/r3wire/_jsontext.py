@@ -260,7 +260,7 @@ def string_end(text: Any, start: int, quote: Any, backslash: Any) -> int:
     return -1
 
 
-def _digit_limit() -> int:
+def digit_limit() -> int:
     """The most digits an integer token may have: ours, or the interpreter's when that is lower (its
     ``int()`` refuses more)."""
     get = getattr(sys, "get_int_max_str_digits", None)  # Python 3.10.7 and later
@@ -275,7 +275,7 @@ def _parse_exact(text: str | bytes | bytearray | memoryview, root: str) -> Any:
     puts the integers in their places.
 
     Raises:
-        DecodeError: an integer token has more digits than :func:`_digit_limit` allows; the field is its path.
+        DecodeError: an integer token has more digits than :func:`digit_limit` allows; the field is its path.
     """
     data: Any = text if isinstance(text, (str, bytes)) else bytes(text)
     token_re: Any = _TOKEN_STR if isinstance(data, str) else _TOKEN_BYTES  # Any: one loop for str and bytes
@@ -314,7 +314,7 @@ def _parse_exact(text: str | bytes | bytearray | memoryview, root: str) -> Any:
 def _put_back(parsed: Any, nonce: str, tokens: list[str], root: str) -> Any:
     """``parsed`` with each marker string replaced by the integer it stands for (or :data:`_INVALID`: a marker
     as a member name, where the text had a number)."""
-    limit = _digit_limit()
+    limit = digit_limit()
     values: list[int | None] = []
     for token in tokens:
         digits = len(token) - token.startswith("-")
@@ -390,7 +390,7 @@ def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> Non
     from_bytes = not isinstance(text, str)
     # A byte that is not UTF-8 becomes a lone surrogate U+DC80..U+DCFF, which the search then finds.
     data = bytes(text).decode("utf-8", "surrogateescape") if not isinstance(text, str) else text
-    limit = _digit_limit()
+    limit = digit_limit()
     try:
         doc = json.loads(
             data,

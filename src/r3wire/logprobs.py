@@ -24,7 +24,7 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
-from r3wire._typeset import distinct_types, is_mapping, is_sequence
+from r3wire._typeset import distinct_types, is_mapping, is_sequence, types_within
 from r3wire._validate import DEFAULT_MAX_ELEMENTS, MAX_NDIM, check_int, load_object, optional_max_elements
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 from r3wire.schema import LOGPROB_DTYPES, LOGPROBS_SCHEMA
@@ -520,10 +520,10 @@ def _plain_logprobs(content: Sequence[Any]) -> list[float | None] | None:
 
     ``np.array(..., float64)`` reads such a list exactly as the loop does: a float as itself, ``None`` as NaN.
     """
-    if type(content) is not list or not _ENTRY_TYPES.issuperset(map(type, content)):
+    if type(content) is not list or not types_within(content, _ENTRY_TYPES):
         return None
     values: list[float | None] = list(map(dict.get, content, itertools.repeat(KEY_LOGPROB)))
-    return values if _PLAIN_LOGPROB_TYPES.issuperset(map(type, values)) else None
+    return values if types_within(values, _PLAIN_LOGPROB_TYPES) else None
 
 
 def read_logprobs_content(

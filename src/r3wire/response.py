@@ -37,7 +37,7 @@ from r3wire._base64 import b64encode_bytes, encoded_length
 from r3wire._bytesearch import find_byte
 from r3wire._envelope import build_envelope
 from r3wire._jsonpath import json_path as _path
-from r3wire._jsontext import parse_json
+from r3wire._jsontext import digit_limit, parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._utf8 import NotUtf8, first_leaf, first_not_utf8
 from r3wire._validate import as_text, optional_max_elements, plain_str
@@ -820,7 +820,8 @@ def dumps(
     :func:`~r3wire.encode_array` (its own dtype, bit for bit). Nested lists are never converted. NumPy scalars
     become JSON numbers or booleans of the same value. Everything else is serialized by ``orjson``.
 
-    ``loads(dumps(x))`` gives back every array (routes in their wire dtype) and every JSON value; other types
+    ``loads(dumps(x))`` gives back every array (routes in their wire dtype) and every JSON value (an integer beyond
+    the 64 bits orjson writes is written exactly, as :func:`loads` reads it); other types
     orjson writes come back as JSON gives them (a tuple as a list, a datetime or UUID as a string, a dataclass as
     a dict). What would not come back at all makes ``dumps`` raise, such as a non-finite float or an object of
     the caller's that spells an r3wire ``schema``.
@@ -852,8 +853,9 @@ def dumps(
         EncodeError: an array cannot be encoded (e.g. a negative expert id under a routes key, a non-finite
             logprob without ``clamp_logprobs``, more than 32 dimensions), a float is NaN or infinite (orjson would
             silently write ``null``), an object spells an r3wire schema name, or a value is not
-            JSON-serializable (a type orjson refuses, an integer beyond 64 bits, a string or key holding a lone
-            surrogate, which UTF-8 cannot encode). The field is a path such as
+            JSON-serializable (a type orjson refuses, an integer of more than 4300 digits or, with
+            ``orjson.OPT_STRICT_INTEGER``, beyond 53 bits, a string or key holding a lone surrogate, which UTF-8
+            cannot encode). The field is a path such as
             ``$.choices[0].routed_experts[5, 2, 0]``.
         R3WireError: an option is invalid (``routes_keys`` and ``logprobs_keys`` must not share a key; ``option``
             must be made of ``orjson.OPT_*`` flags).
@@ -954,8 +956,17 @@ def _write(obj: Any, writer: _Writer, option: int | None) -> bytes:
         raise _relocate(fail.error, _path(fail.parts), fail.prefix) from fail.error
     except RecursionError:
         raise EncodeError.make("$", "a tree of values (no reference cycles)", "nesting too deep", raw=True) from None
+    return _dumps_located(prepared, option)
+
+
+def _dumps_located(prepared: Any, option: int | None, put_back: Callable[[bytes], bytes] | None = None) -> bytes:
+    """``orjson.dumps(prepared)``, integers beyond 64 bits written exactly; a refusal named at its path.
+
+    Raises:
+        EncodeError: what orjson refuses, at the path of the value when it can be found.
+    """
     try:
-        return orjson.dumps(prepared, option=option)
+        text = orjson.dumps(prepared, option=option)
     except orjson.JSONEncodeError as exc:
         # orjson names no location for a string that is not UTF-8 or an integer it cannot write: found here, on
         # this path only.
@@ -963,20 +974,86 @@ def _write(obj: Any, writer: _Writer, option: int | None) -> bytes:
         found = first_not_utf8(prepared) if "UTF-8" in reason else None
         if found is not None:
             raise _not_utf8_error(found) from exc
-        too_big = first_leaf(prepared, _beyond_64_bits) if "64-bit" in reason else None
-        if too_big is not None:
-            raise EncodeError.make(
-                _path(too_big[0]), "an integer in -2**63 .. 2**64-1 (what orjson writes)", too_big[1]
-            ) from exc
+        if "-bit range" in reason:
+            if option is not None and option & orjson.OPT_STRICT_INTEGER:
+                strict = first_leaf(prepared, _beyond_53_bits)
+                if strict is not None:
+                    raise EncodeError.make(
+                        _path(strict[0]), "an integer in -(2**53-1) .. 2**53-1 (orjson.OPT_STRICT_INTEGER)", strict[1]
+                    ) from exc
+            elif put_back is None and first_leaf(prepared, _beyond_64_bits) is not None:
+                spelled, spell_back = _spell_big_ints(prepared)
+                return _dumps_located(spelled, option, spell_back)
         _, named, type_name = reason.partition("Type is not JSON serializable: ")
         odd = first_leaf(prepared, lambda leaf: type(leaf).__name__ == type_name) if named else None
         if odd is not None:
             raise EncodeError.make(_path(odd[0]), "JSON-serializable", reason, raw=True) from exc
         raise EncodeError.make("$", "JSON-serializable", reason, raw=True) from exc
+    return text if put_back is None else put_back(text)
 
 
 def _beyond_64_bits(leaf: object) -> bool:
     return isinstance(leaf, int) and not isinstance(leaf, bool) and not -(2**63) <= leaf < 2**64
+
+
+def _beyond_53_bits(leaf: object) -> bool:
+    return isinstance(leaf, int) and not isinstance(leaf, bool) and not -(2**53) < leaf < 2**53
+
+
+def _spell_big_ints(prepared: Any) -> tuple[Any, Callable[[bytes], bytes]]:
+    """``prepared`` with every integer beyond 64 bits (which orjson refuses to write) replaced by a placeholder
+    string, and what turns the placeholders of the written text into the integers' exact digits, as
+    :func:`loads` reads them. A container holding one is copied once, however often it is referenced.
+
+    Raises:
+        EncodeError: an integer has more than 4300 digits (what every r3wire reader refuses; fewer when the
+            interpreter's own limit is lower), at its path.
+    """
+    nonce = _nonce()
+    limit = digit_limit()
+    digits: list[bytes] = []
+    copies: dict[int, Any] = {}
+    # Iterative, children before parents: the walk that made ``prepared`` allows any depth orjson writes.
+    order: list[Any] = []
+    stack = [prepared]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (dict, list, tuple)) and id(node) not in copies:
+            copies[id(node)] = None
+            order.append(node)
+            stack.extend(node.values() if isinstance(node, dict) else node)
+
+    def spelled(value: Any) -> Any:
+        if isinstance(value, (dict, list, tuple)):
+            return copies[id(value)]
+        if not _beyond_64_bits(value):
+            return value
+        try:
+            text = str(int(value))
+        except ValueError:  # more digits than the interpreter converts
+            text = ""
+        if not text or len(text.lstrip("-")) > limit:
+            found = first_leaf(prepared, lambda leaf: leaf is value)
+            raise EncodeError.make(
+                _path(found[0] if found is not None else []),
+                f"an integer of at most {limit} digits (what r3wire's readers accept)",
+                f"an integer of {int(value).bit_length()} bits",
+                raw=True,
+            )
+        digits.append(text.encode("ascii"))
+        return f"{nonce}{len(digits) - 1}"
+
+    for node in reversed(order):
+        if isinstance(node, dict):
+            copies[id(node)] = {key: spelled(item) for key, item in node.items()}
+        else:
+            copies[id(node)] = [spelled(item) for item in node]
+    placeholder = re.compile(b'"' + re.escape(nonce.encode("ascii")) + rb'(\d+)"')
+
+    def put_back(text: bytes) -> bytes:
+        return placeholder.sub(lambda match: digits[int(match.group(1))], text)
+
+    return spelled(prepared), put_back
 
 
 def _not_utf8_error(found: NotUtf8) -> R3WireError:
