@@ -26,7 +26,7 @@ import math
 import operator
 import os
 import re
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -1172,38 +1172,32 @@ class _Reader:
         names = _ENVELOPE_KEYS
         while stack:
             node = stack.pop()
+            pairs: Iterable[tuple[Any, Any]]
             if type(node) is dict:
                 self.names += len(names.intersection(node))
                 if self.blobs:
                     self._restore(node)
-                for key, item in node.items():
-                    cls = type(item)
-                    if cls is dict:
-                        if self._is_envelope(item):
-                            self._count(item)
-                            containers.append(node)
-                            keys.append(key)
-                        else:
-                            stack.append(item)
-                    elif cls is list or cls is _TupleList:
-                        stack.append(item)
+                pairs = node.items()
             else:
                 count = len(node)
                 if count >= _LONG_LIST and not _CONTAINER_TYPES.intersection(map(type, node)):
                     continue  # token ids, logprobs: nothing to look at
-                for start, stop in self._unseen(node) if count >= _PROBE_MIN else ((0, count),):
-                    for index in range(start, stop):
-                        item = node[index]
-                        cls = type(item)
-                        if cls is dict:
-                            if self._is_envelope(item):
-                                self._count(item)
-                                containers.append(node)
-                                keys.append(index)
-                            else:
-                                stack.append(item)
-                        elif cls is list or cls is _TupleList:
-                            stack.append(item)
+                if count < _PROBE_MIN:
+                    pairs = enumerate(node)
+                else:
+                    spans = self._unseen(node)
+                    pairs = itertools.chain.from_iterable(zip(range(a, b), node[a:b], strict=True) for a, b in spans)
+            for key, item in pairs:
+                cls = type(item)
+                if cls is dict:
+                    if self._is_envelope(item):
+                        self._count(item)
+                        containers.append(node)
+                        keys.append(key)
+                    else:
+                        stack.append(item)
+                elif cls is list or cls is _TupleList:
+                    stack.append(item)
 
     def _unseen(self, items: list[Any]) -> list[tuple[int, int]]:
         """The spans of a long list that :meth:`_visit` must look into; counts the member names of the rest.
