@@ -806,6 +806,7 @@ def write(
             For the Fireworks formats ``start``, ``total_tokens`` and ``start + rows`` are at most 2**32 - 1 (u32
             in r3/v1; the per-token matrices list is held to the same bound); elsewhere ``start`` is an int64.
         dtype: the element type to write, if the format allows a choice; by default each format's own rule.
+            json-lists has none to choose: only ``None``.
         num_experts: the model's expert count: every id must be below it, and formats whose engines pick the
             dtype from it (r3wire, vllm-npy, nemo-rl, fireworks-*) do the same.
         pack_bits: r3wire only: write the ids bit-packed (see :func:`r3wire.encode_routes`). ``None`` keeps a
@@ -818,7 +819,7 @@ def write(
     Raises:
         EncodeError: the routes cannot be represented exactly in the format (negative or too large ids, a
             nonzero ``start``, a partial ``mask`` or a ``total_tokens`` the format cannot carry, a dtype too
-            narrow, a ``start`` or ``total_tokens`` beyond the format's token count).
+            narrow or one json-lists cannot carry, a ``start`` or ``total_tokens`` beyond the format's token count).
         R3WireError: an unknown format, or ``pack_bits`` not a bool.
         ImportError: fireworks-r3v1 and fireworks-trace without the ``zstd`` extra.
     """

@@ -15,7 +15,7 @@ from typing import Any, Final
 import numpy as np
 
 from r3wire._validate import check_element_count, check_shape, is_int
-from r3wire.errors import DecodeError, R3WireError
+from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.formats._common import (
     ReadOptions,
     ReadResult,
@@ -122,9 +122,13 @@ def write_json_lists(routes: object, opts: WriteOptions) -> list[Any]:
     """Write ``routes`` as nested lists of Python ints (all -1 missing-route rows kept).
 
     Raises:
-        EncodeError: not a 3-d integer array, a negative id outside an all -1 row, or an id at or above
-            ``num_experts``.
+        EncodeError: a ``dtype`` (JSON integers have no element type to choose), not a 3-d integer array, a
+            negative id outside an all -1 row, or an id at or above ``num_experts``.
     """
+    if opts.dtype is not None:
+        # Accepting one would promise a width (or a range check) that nothing on the wire keeps; num_experts is
+        # the bound that is checked.
+        raise EncodeError.make("dtype", "None (json-lists carries no dtype; num_experts bounds the ids)", opts.dtype)
     arr, _, _ = prepared_routes(routes, num_experts=opts.num_experts, missing_sentinel=True)
     out: list[Any] = arr.tolist()
     return out
