@@ -402,7 +402,8 @@ def _detect(payload: object, *, has_shape: bool, nested: str | None = None) -> t
         )
     payload = byte_text(payload, None)
     if _is_json_text(payload):
-        parsed = load_json(payload, what="a routed-experts payload")
+        # root="": a payload's members are named as its readers and decode_routes name them (shape[0], not $.shape[0]).
+        parsed = load_json(payload, what="a routed-experts payload", root="")
         if not isinstance(parsed, (dict, list)):
             raise DecodeError.make(None, "a JSON object or array", f"a JSON {type(parsed).__name__}", raw=True)
         return _detect(parsed, has_shape=has_shape, nested=nested)

@@ -139,7 +139,7 @@ def read_fireworks_matrices(payload: object, opts: ReadOptions) -> ReadResult:
         R3WireError: ``num_layers`` or ``top_k`` not given.
     """
     if isinstance(payload, (str, bytes, bytearray, memoryview)):
-        payload = load_json(payload, what="a JSON list of base64 matrices and nulls")
+        payload = load_json(payload, what="a JSON list of base64 matrices and nulls", root="")
     if not isinstance(payload, Sequence) or isinstance(payload, (str, bytes, bytearray)):
         raise DecodeError.make(
             None, "a list of base64 matrices and nulls, one per token", type(payload).__name__, raw=True

@@ -44,7 +44,7 @@ def read_json_lists(payload: object, opts: ReadOptions) -> ReadResult:
             other than an all -1 missing-route row, or an id at or above ``num_experts``.
     """
     if isinstance(payload, (str, bytes, bytearray, memoryview)):
-        payload = load_json(payload, what="nested lists of expert ids")
+        payload = load_json(payload, what="nested lists of expert ids", root="")
     if not isinstance(payload, list):
         raise DecodeError.make(None, "a list of [layers][top_k] lists of expert ids", type(payload).__name__, raw=True)
     dims = _first_dims(payload)
