@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 
 from r3wire._jsontext import parse_json, string_end
+from r3wire._walk import copy_list
 from r3wire.errors import DecodeError, R3WireError, describe
 
 __all__ = [
@@ -114,7 +115,7 @@ def check_shape(
         expected = f"an array of {ndim} non-negative integers" if ndim is not None else "an array of integers"
         raise error.make(field, expected, value)
     # One snapshot, checked and returned: a subclass's __len__ or __getitem__ cannot disagree with its items.
-    shape = tuple(value) if type(value) is not tuple else value
+    shape = tuple(copy_list(value)) if type(value) is not tuple else value
     if ndim is not None and len(shape) != ndim:
         raise error.make(
             field,

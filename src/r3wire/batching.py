@@ -43,6 +43,7 @@ from r3wire._validate import (
     optional_max_elements,
     plain_str,
 )
+from r3wire._walk import copy_list
 from r3wire.errors import R3WireError, describe
 from r3wire.routes import route_dtype
 
@@ -261,7 +262,7 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
             raise _fail(field, "a 1-d integer sequence", f"{value.dtype} {list(value.shape)}")
         values: Sequence[object] = value.tolist()
     elif isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
-        values = value
+        values = copy_list(value)  # counted and read once: a caller's __len__ may lie
     else:
         raise _fail(field, f"a sequence of integers, {what}", type(value).__name__)
     if len(values) != count:
@@ -371,7 +372,7 @@ def _replayed(value: object, rows: Sequence[int]) -> list[Array | None]:
         return [None] * len(rows)
     if isinstance(value, (str, bytes)) or not (isinstance(value, (Sequence, np.ndarray)) or is_tensor(value)):
         raise _fail("replayed", "a sequence of per-sample row masks (bool arrays, or None)", type(value).__name__)
-    items = list(value)  # type: ignore[call-overload]  # a sequence or a tensor, checked above
+    items = copy_list(value)  # type: ignore[arg-type]  # a sequence or a tensor, checked above; never sized by __len__
     if len(items) != len(rows):
         raise _fail("replayed", f"{len(rows)} row masks (one per sample)", f"{len(items)}")
     return [

@@ -40,7 +40,7 @@ from r3wire._jsonpath import json_path as _path
 from r3wire._jsontext import parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._validate import as_text, optional_max_elements, plain_str
-from r3wire._walk import EXIT, Guard, holds_any
+from r3wire._walk import EXIT, Guard, copy_list, holds_any
 from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.logprobs import (
@@ -158,14 +158,15 @@ class _TupleList(list[Any]):
     __slots__ = ("origin",)
 
     def __init__(self, origin: tuple[Any, ...]) -> None:
-        super().__init__(origin)
+        # A subclass by its storage: list(origin) would be sized by its __len__, which may lie.
+        super().__init__(origin if type(origin) is tuple else tuple.__iter__(origin))
         self.origin = origin
 
     def rebuilt(self) -> tuple[Any, ...]:
         """The tuple again: the caller's own when nothing in it changed, a namedtuple of its class when it is one
         (another tuple subclass, whose constructor cannot be known, comes back as a tuple)."""
         origin = self.origin
-        if len(self) == len(origin) and all(a is b for a, b in zip(self, origin, strict=True)):
+        if len(self) == tuple.__len__(origin) and all(a is b for a, b in zip(self, origin, strict=True)):
             return origin
         cls = type(origin)
         make = getattr(cls, "_make", None) if cls is not tuple else None
@@ -431,7 +432,10 @@ class _Writer:
         if isinstance(value, dict):
             return self._dict(value)
         if isinstance(value, (list, tuple)):
-            return self._list(value)
+            # A subclass is walked as the items orjson writes (its storage), never sized by its __len__.
+            items = copy_list(value)
+            out = self._list(items)
+            return value if out is items else out
         if isinstance(value, (str, int)):
             return value  # orjson writes a str or int subclass (an IntEnum, a dataclass on int) as the str or int
         if isinstance(value, enum.Enum):
@@ -1390,7 +1394,7 @@ def _copy_decoded(root: Any, reader: _Reader) -> tuple[Any, bool]:
     if not isinstance(root, (dict, list, tuple)):
         return root, False
     tuples = not isinstance(root, (dict, list))
-    top = dict(root) if isinstance(root, dict) else list(root) if isinstance(root, list) else _TupleList(root)
+    top = dict(root) if isinstance(root, dict) else copy_list(root) if isinstance(root, list) else _TupleList(root)
     guard = Guard(root, _path)
     seen = guard.seen
     # Each container is two entries, its original (whose identity the guard follows) and its copy on top: no tuple
@@ -1434,12 +1438,12 @@ def _copy_decoded(root: Any, reader: _Reader) -> tuple[Any, bool]:
             if isinstance(item, dict):
                 copied: Any = dict(item)
             elif isinstance(item, list):
-                copied = list(item)
+                copied = list(item) if cls is list else copy_list(item)
             else:
                 copied = _TupleList(item)
                 tuples = True
             node[key] = copied
-            if item and (cls is not list or len(item) < _LONG_LIST or holds_any(item, _COPIED)):
+            if copied and (cls is not list or len(item) < _LONG_LIST or holds_any(item, _COPIED)):
                 stack.append(item)
                 stack.append(copied)
     return top, tuples

@@ -28,7 +28,7 @@ from r3wire._arraylike import as_numpy
 from r3wire._jsonpath import json_path as _path
 from r3wire._routecheck import optional_num_experts
 from r3wire._validate import check_int, check_shape, optional_max_elements, plain_str
-from r3wire._walk import Guard
+from r3wire._walk import Guard, copy_list
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.formats._common import (
     MISSING_ROUTE,
@@ -395,6 +395,7 @@ def _detect(payload: object, *, has_shape: bool, nested: str | None = None) -> t
     if isinstance(payload, Mapping):
         return _detect_mapping(payload, has_shape, nested=nested)
     if isinstance(payload, list):
+        payload = copy_list(payload) if type(payload) is not list else payload  # a subclass's __len__ may lie
         return _detect_list(payload), payload
     if not isinstance(payload, (str, bytes, bytearray, memoryview)):
         raise DecodeError.make(

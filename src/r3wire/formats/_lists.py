@@ -15,6 +15,7 @@ from typing import Any, Final
 import numpy as np
 
 from r3wire._validate import check_element_count, check_shape, is_int
+from r3wire._walk import copy_list, own_len
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.formats._common import (
     ReadOptions,
@@ -47,6 +48,8 @@ def read_json_lists(payload: object, opts: ReadOptions) -> ReadResult:
         payload = load_json(payload, what="nested lists of expert ids", root="")
     if not isinstance(payload, list):
         raise DecodeError.make(None, "a list of [layers][top_k] lists of expert ids", type(payload).__name__, raw=True)
+    if type(payload) is not list:
+        payload = copy_list(payload)  # a subclass as the rows it holds: its __len__ may lie
     dims = _first_dims(payload)
     if not payload:
         dims = [0, opts.num_layers or 0, opts.top_k or 0]
@@ -73,8 +76,8 @@ def _first_dims(payload: list[Any]) -> list[int]:
             raise DecodeError.make(
                 f"routes{where}", "a list (routes nest [rows][layers][top_k])", type(node).__name__, raw=True
             )
-        dims.append(len(node))
-        if not node:
+        dims.append(own_len(node))  # an inner subclass by what it holds (the levels below take exact lists only)
+        if not dims[-1]:
             break
         node = node[0]
     return dims + [0] * (_ROUTES_NDIM - len(dims))
