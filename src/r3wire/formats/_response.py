@@ -446,13 +446,15 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
         numbers: list[Any] = []
         append = numbers.append
         for i, entry in enumerate(value):
-            if not isinstance(entry, (list, tuple)) or not entry:
+            if not isinstance(entry, (list, tuple)) or not own_len(entry):
                 raise DecodeError.make(f"[{i}]", "a [logprob, token_id, ...] list", entry)
             append(entry[0])
         # An entry's logprob is named [i][0], as its token id is [i][1].
         return _Read(_numbers(numbers[skip:] if skip else numbers, suffix="[0]"), ())
     if isinstance(value, (list, tuple)):
-        return _Read(_numbers(value[skip:] if skip else value), ())
+        # A subclass sliced to a plain list or tuple first: NumPy would ask its __len__, which may lie.
+        plain = type(value) is list or type(value) is tuple
+        return _Read(_numbers(value[skip:] if skip or not plain else value), ())
     if not isinstance(value, Mapping):
         raise DecodeError.make(None, "a logprobs object or list", type(value).__name__, raw=True)
     if value.get(KEY_SCHEMA) == LOGPROBS_SCHEMA.name:
