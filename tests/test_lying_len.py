@@ -104,3 +104,15 @@ def test_formats_read_lying_lists_as_what_they_hold(claimed: int) -> None:
     assert result.token_ids is not None
     assert result.token_ids.tolist() == [5, 6]
     assert r3wire.decode_logprobs(r3wire.encode_logprobs(_list([-1.0, -2.0], claimed))).tolist() == [-1.0, -2.0]
+
+
+@pytest.mark.parametrize("claimed", [0, 2, -1])
+def test_a_dict_claiming_fewer_keys_hides_no_unknown_key(claimed: int) -> None:
+    pytest.importorskip("zstandard")
+    trace = formats.write(np.array([[[1, 0]]], np.uint8), "fireworks-trace")
+    # An unknown manifest key could change what the data means: a manifest claiming fewer keys must not hide one.
+    manifest = _lying(dict, claimed)({**trace["manifest"], "Encryption": "aes"})
+    with pytest.raises(R3WireError, match="unknown key"):
+        formats.read({**trace, "manifest": manifest}, "fireworks-trace", num_layers=1, top_k=2)
+    honest = {**trace, "manifest": _lying(dict, claimed)(trace["manifest"])}
+    assert formats.read(honest, "fireworks-trace", num_layers=1, top_k=2).routes.tolist() == [[[1, 0]]]
