@@ -88,6 +88,9 @@ def copy_list(value: Iterable[Any]) -> list[Any]:
 
 def own_len(value: Sized) -> int:
     """``len(value)``, for a list, tuple or dict subclass the count it holds, not what its ``__len__`` says."""
+    cls = type(value)
+    if cls is list or cls is dict or cls is tuple:
+        return len(value)
     if isinstance(value, list):
         return list.__len__(value)
     if isinstance(value, tuple):
