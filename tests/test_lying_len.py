@@ -116,3 +116,17 @@ def test_a_dict_claiming_fewer_keys_hides_no_unknown_key(claimed: int) -> None:
         formats.read({**trace, "manifest": manifest}, "fireworks-trace", num_layers=1, top_k=2)
     honest = {**trace, "manifest": _lying(dict, claimed)(trace["manifest"])}
     assert formats.read(honest, "fireworks-trace", num_layers=1, top_k=2).routes.tolist() == [[[1, 0]]]
+
+
+def test_batching_reads_no_more_of_a_sequence_than_one_item_too_many() -> None:
+    # range(10**12) is a Sequence: read up to one item past the count, not listed whole (a MemoryError before).
+    sample = np.array([[[1, 0]]], np.int8)
+    with pytest.raises(R3WireError) as info:
+        r3wire.pad_routes([sample], side="right", replayed=range(10**12))
+    assert (info.value.field, info.value.got) == ("replayed", "more than 1")
+    with pytest.raises(R3WireError) as info:
+        r3wire.pad_routes([sample], side="right", token_lengths=range(10**12))
+    assert (info.value.field, info.value.got) == ("token_lengths", "more than 1")
+    with pytest.raises(R3WireError) as info:
+        r3wire.pad_routes([sample], side="right", token_lengths=np.array([1, 2, 3]))
+    assert info.value.got == "3"

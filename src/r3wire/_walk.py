@@ -71,9 +71,10 @@ def holds_any(items: Iterable[object], kinds: tuple[type, ...]) -> bool:
     return any(issubclass(cls, kinds) for cls in set(map(type, items)))
 
 
-def copy_list(value: Iterable[Any]) -> list[Any]:
+def copy_list(value: Iterable[Any], most: int | None = None) -> list[Any]:
     """A new exact list of the items of ``value``: a list or tuple (a subclass too) read from its storage, as orjson
-    and NumPy read one; any other iterable (a caller's sequence, an array) by iterating it.
+    and NumPy read one; any other iterable (a caller's sequence, an array) by iterating it, up to ``most`` items
+    (``range(10**12)`` is a sequence too: a caller expecting n items passes ``most=n + 1``).
 
     Never sized by ``__len__``: ``list(value)`` preallocates what a caller's ``__len__`` says, so one that lies
     (10**12) made a bare ``MemoryError``, and one that returns a negative or huge number a ``ValueError`` or
@@ -83,7 +84,7 @@ def copy_list(value: Iterable[Any]) -> list[Any]:
         return list.copy(value)
     if isinstance(value, tuple):
         return list(tuple.__iter__(value))  # a tuple iterator's length hint is the tuple's own size
-    return list(itertools.islice(value, None))  # islice has no length hint: the list grows as it is read
+    return list(itertools.islice(value, most))  # islice has no length hint: the list grows as it is read
 
 
 def own_len(value: Sized) -> int:
