@@ -133,6 +133,16 @@ def test_convert_to_dtype(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
     assert orjson.loads(capsys.readouterr().out)["routed_experts_dtype"] == "uint16"
 
 
+def test_convert_to_json_lists_refuses_a_dtype(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _file(tmp_path, write(ROUTES, "prime-rl"))
+    assert main(["convert", "--to", "json-lists", "--to-dtype", "foo", path]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("r3wire: error: dtype must be None (json-lists carries no dtype")
+    assert main(["convert", "--to", "json-lists", path]) == 0
+    assert orjson.loads(capsys.readouterr().out) == ROUTES.tolist()
+
+
 def test_convert_refuses_to_drop_a_start(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = _file(tmp_path, write(ROUTES, "prime-rl", start=3))
     assert main(["convert", "--to", "vllm-npy", path]) == 2

@@ -20,7 +20,7 @@ import orjson
 import pytest
 
 import r3wire
-from r3wire import DecodeError, R3WireError, UnsupportedVersionError
+from r3wire import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.formats import MISSING_ROUTE, detect, read, read_response, write
 
 T = TypeVar("T")
@@ -383,6 +383,22 @@ def test_json_lists_from_text_and_size_first() -> None:
     assert info.value.field == "shape"
     empty = read([], "json-lists", num_layers=2, top_k=3)
     assert empty.routes.shape == (0, 2, 3)
+
+
+@pytest.mark.parametrize("dtype", ["foo", "uint8", "int32", "int64"])
+def test_json_lists_refuses_a_dtype(dtype: str) -> None:
+    # JSON integers carry no element type: a requested one (even a fitting one) would be a promise nothing keeps,
+    # and a too narrow one (id 300 as uint8) must not pass as checked.
+    routes = np.array([[[300, 0]]], np.int32)
+    with pytest.raises(EncodeError) as info:
+        write(routes, "json-lists", dtype=dtype)
+    assert info.value.field == "dtype"
+    assert str(info.value) == (
+        f"dtype must be None (json-lists carries no dtype; num_experts bounds the ids), got {dtype!r}"
+    )
+    assert write(routes, "json-lists") == [[[300, 0]]]
+    with pytest.raises(EncodeError, match="num_experts"):
+        write(routes, "json-lists", num_experts=256)
 
 
 def test_npy_from_a_bytearray_never_aliases_it() -> None:

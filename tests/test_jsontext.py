@@ -113,6 +113,34 @@ def test_integer_of_more_digits_than_python_converts_is_refused_with_its_path(ca
     assert f"an integer of at most {MAX_INT_DIGITS} digits, got an integer of 5000 digits" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        (ENVELOPE.format(shape="[" + "9" * 5000 + ",1,1]", version=1), "shape[0]"),
+        (ENVELOPE.format(shape="[0,1,1]", version="1" * 5000), "version"),
+        ('{"data":"AQ==","shape":[1,1,1],"start":' + "9" * 5000 + "}", "start"),
+        ("[[[1, " + "9" * 5000 + "]]]", "[0][0][1]"),
+        ('["AQ==", ' + "9" * 5000 + "]", "[1]"),
+    ],
+)
+def test_formats_name_an_over_long_integer_as_every_other_payload_error(text: str, field: str) -> None:
+    # One spelling of one member, whichever entry point reads the text: the readers' and decode_routes' (no "$").
+    calls: list[Any] = [formats.read, formats.detect]
+    if text.startswith("{"):
+        calls.append(r3wire.decode_routes if '"schema"' in text else lambda t: formats.read(t, "prime-rl"))
+    else:
+        calls.append(
+            lambda t: formats.read(
+                t, "json-lists" if t.startswith("[[") else "fireworks-matrices", num_layers=1, top_k=1
+            )
+        )
+    for call in calls:
+        with pytest.raises(DecodeError) as info:
+            call(text)
+        assert info.value.field == field
+        assert str(info.value).startswith(f"{field} must be an integer of at most {MAX_INT_DIGITS} digits")
+
+
 @pytest.mark.skipif(not hasattr(sys, "set_int_max_str_digits"), reason="Python without an int digit limit")
 def test_a_lower_interpreter_digit_limit_is_a_decode_error() -> None:
     old = sys.get_int_max_str_digits()

@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 
 from r3wire._jsontext import parse_json, string_end
+from r3wire._walk import copy_list, own_len
 from r3wire.errors import DecodeError, R3WireError, describe
 
 __all__ = [
@@ -114,7 +115,7 @@ def check_shape(
         expected = f"an array of {ndim} non-negative integers" if ndim is not None else "an array of integers"
         raise error.make(field, expected, value)
     # One snapshot, checked and returned: a subclass's __len__ or __getitem__ cannot disagree with its items.
-    shape = tuple(value) if type(value) is not tuple else value
+    shape = tuple(copy_list(value)) if type(value) is not tuple else value
     if ndim is not None and len(shape) != ndim:
         raise error.make(
             field,
@@ -449,7 +450,7 @@ def check_keys(
     for key in required:
         if key not in obj:
             raise DecodeError.make(key, "present", "no such key", raw=True)
-    if len(obj) > len(required):
+    if own_len(obj) > len(required):  # a dict subclass by what it holds: its __len__ may lie
         allowed = set(required).union(optional)
         unknown = [key for key in obj if not (isinstance(key, str) and key in allowed)]
         if unknown:

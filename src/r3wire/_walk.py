@@ -35,13 +35,14 @@ identity to ``seen``): that keeps the cost on a tree to one set lookup and one i
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence, Sized
+import itertools
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Sized
 from typing import Any, Final
 
 from r3wire._typeset import distinct_types, is_mapping
 from r3wire.errors import DecodeError
 
-__all__ = ["EXIT", "SHARED_FACTOR", "SHARED_ITEMS_LIMIT", "Guard", "holds_any"]
+__all__ = ["EXIT", "SHARED_FACTOR", "SHARED_ITEMS_LIMIT", "Guard", "copy_list", "holds_any", "own_len"]
 
 SHARED_ITEMS_LIMIT: Final = 1 << 20
 """Items a walk may make again (walk, copy or decode) whatever the document's size: about a million (a second of
@@ -71,6 +72,36 @@ def holds_any(items: Sequence[object], kinds: tuple[type, ...]) -> bool:
     return any(issubclass(cls, kinds) for cls in distinct_types(items))
 
 
+def copy_list(value: Iterable[Any], most: int | None = None) -> list[Any]:
+    """A new exact list of the items of ``value``: a list or tuple (a subclass too) read from its storage, as orjson
+    and NumPy read one; any other iterable (a caller's sequence, an array) by iterating it, up to ``most`` items
+    (``range(10**12)`` is a sequence too: a caller expecting n items passes ``most=n + 1``).
+
+    Never sized by ``__len__``: ``list(value)`` preallocates what a caller's ``__len__`` says, so one that lies
+    (10**12) made a bare ``MemoryError``, and one that returns a negative or huge number a ``ValueError`` or
+    ``OverflowError``.
+    """
+    if isinstance(value, list):
+        return list.copy(value)
+    if isinstance(value, tuple):
+        return list(tuple.__iter__(value))  # a tuple iterator's length hint is the tuple's own size
+    return list(itertools.islice(value, most))  # islice has no length hint: the list grows as it is read
+
+
+def own_len(value: Sized) -> int:
+    """``len(value)``, for a list, tuple or dict subclass the count it holds, not what its ``__len__`` says."""
+    cls = type(value)
+    if cls is list or cls is dict or cls is tuple:
+        return len(value)
+    if isinstance(value, list):
+        return list.__len__(value)
+    if isinstance(value, tuple):
+        return tuple.__len__(value)
+    if isinstance(value, dict):
+        return dict.__len__(value)
+    return len(value)
+
+
 def _own_items(root: object) -> int:
     """The items of every distinct container in ``root``, each counted once (what the document holds in memory)."""
     seen: set[int] = set()
@@ -81,7 +112,7 @@ def _own_items(root: object) -> int:
         if id(node) in seen:
             continue
         seen.add(id(node))
-        total += len(node)
+        total += own_len(node)
         items = node.values() if is_mapping(node) else node
         try:
             stack.extend(item for item in items if isinstance(item, (Mapping, list, tuple)))
@@ -151,7 +182,7 @@ class Guard:
                 f"a reference to its own enclosing container {self._render(self._keys(depth))}",
                 raw=True,
             )
-        self._charge(len(item), lambda: self.path(key))
+        self._charge(own_len(item), lambda: self.path(key))
 
     def decoding(self, value: Hashable, where: Callable[[], str]) -> None:
         """A routes value or envelope, identified by ``value`` (the identities of the objects it is decoded from),

@@ -44,6 +44,7 @@ from r3wire._validate import (
     optional_max_elements,
     plain_str,
 )
+from r3wire._walk import copy_list
 from r3wire.errors import R3WireError, describe
 from r3wire.routes import route_dtype
 
@@ -256,6 +257,13 @@ def _check_distinct(arr: Array, field: str, *, rows: Array | None = None) -> Non
         )
 
 
+def _got(items: Sequence[object], value: object, count: int) -> str:
+    """How many ``items`` a caller's sequence holds, read by :func:`copy_list` with ``most=count + 1``: exact for a
+    list, tuple or array, else at least one too many."""
+    exact = len(items) <= count or isinstance(value, (list, tuple, np.ndarray))
+    return f"{len(items)}" if exact else f"more than {count}"
+
+
 def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
     """``value`` as ``count`` Python ints in ``0 .. MAX_DIM`` (a list, tuple, 1-d integer array or tensor)."""
     if is_tensor(value):
@@ -265,11 +273,11 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
             raise _fail(field, "a 1-d integer sequence", f"{value.dtype} {list(value.shape)}")
         values: Sequence[object] = value.tolist()
     elif is_sequence(value) and not isinstance(value, (str, bytes)):
-        values = value
+        values = copy_list(value, most=count + 1)  # counted and read once: a caller's __len__ may lie
     else:
         raise _fail(field, f"a sequence of integers, {what}", type(value).__name__)
     if len(values) != count:
-        raise _fail(field, f"{count} {'integer' if count == 1 else 'integers'} ({what})", f"{len(values)}")
+        raise _fail(field, f"{count} {'integer' if count == 1 else 'integers'} ({what})", _got(values, value, count))
     # The common case, plain ints in range, is checked in two passes instead of one check_int call per sample.
     if types_within(values, _INT_ONLY):
         plain: list[int] = list(values)  # type: ignore[arg-type]  # every item is an int, checked above
@@ -377,9 +385,9 @@ def _replayed(value: object, rows: Sequence[int]) -> list[Array | None]:
         (isinstance(value, np.ndarray) or is_sequence(value)) or is_tensor(value)
     ):
         raise _fail("replayed", "a sequence of per-sample row masks (bool arrays, or None)", type(value).__name__)
-    items = list(value)  # type: ignore[call-overload]  # a sequence or a tensor, checked above
+    items = copy_list(value, most=len(rows) + 1)  # type: ignore[arg-type]  # a sequence or a tensor, checked above
     if len(items) != len(rows):
-        raise _fail("replayed", f"{len(rows)} row masks (one per sample)", f"{len(items)}")
+        raise _fail("replayed", f"{len(rows)} row masks (one per sample)", _got(items, value, len(rows)))
     return [
         None if item is None else _row_mask(item, count, f"replayed[{i}]")
         for i, (item, count) in enumerate(zip(items, rows, strict=True))

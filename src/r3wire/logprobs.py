@@ -26,6 +26,7 @@ from r3wire._arraylike import as_numpy
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
 from r3wire._typeset import distinct_types, is_mapping, is_sequence, types_within
 from r3wire._validate import DEFAULT_MAX_ELEMENTS, MAX_NDIM, check_int, load_object, optional_max_elements
+from r3wire._walk import copy_list, own_len
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 from r3wire.schema import LOGPROB_DTYPES, LOGPROBS_SCHEMA
 
@@ -235,11 +236,15 @@ def as_float_array(values: object, field: str = "values", *, half: bool = True) 
     # A memoryview is a Sequence of its items (a bytes view reads as ints, a 2-d one cannot be iterated): like
     # bytes, it is no sequence of floats.
     if is_sequence(values) and not isinstance(values, (str, bytes, bytearray, memoryview)):
-        if len(values) > DEFAULT_MAX_ELEMENTS:  # range(10**12) is a Sequence: refused before it is iterated
+        # range(10**12) is a Sequence: refused before it is iterated. A list or tuple subclass is read as what it
+        # holds, never by its __len__ (NumPy asks it, and one that lies or raises made NumPy's own errors).
+        count = own_len(values)
+        if count > DEFAULT_MAX_ELEMENTS:
             raise EncodeError.make(
-                field, f"at most {DEFAULT_MAX_ELEMENTS} values (the default element limit)", f"{len(values)} values",
-                raw=True,
-            )  # fmt: skip
+                field, f"at most {DEFAULT_MAX_ELEMENTS} values (the default element limit)", f"{count} values", raw=True
+            )
+        if isinstance(values, (list, tuple)) and type(values) is not list and type(values) is not tuple:
+            values = copy_list(values)
         return _sequence_to_array(values, field), True
     raise EncodeError.make(
         field, "a sequence of float | None, a float NumPy array or a tensor", type(values).__name__, raw=True

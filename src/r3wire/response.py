@@ -41,7 +41,7 @@ from r3wire._jsontext import digit_limit, parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._utf8 import NotUtf8, first_leaf, first_not_utf8
 from r3wire._validate import as_text, optional_max_elements, plain_str
-from r3wire._walk import EXIT, Guard, holds_any
+from r3wire._walk import EXIT, Guard, copy_list, holds_any
 from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
 from r3wire.logprobs import (
@@ -159,14 +159,15 @@ class _TupleList(list[Any]):
     __slots__ = ("origin",)
 
     def __init__(self, origin: tuple[Any, ...]) -> None:
-        super().__init__(origin)
+        # A subclass by its storage: list(origin) would be sized by its __len__, which may lie.
+        super().__init__(origin if type(origin) is tuple else tuple.__iter__(origin))
         self.origin = origin
 
     def rebuilt(self) -> tuple[Any, ...]:
         """The tuple again: the caller's own when nothing in it changed, a namedtuple of its class when it is one
         (another tuple subclass, whose constructor cannot be known, comes back as a tuple)."""
         origin = self.origin
-        if len(self) == len(origin) and all(a is b for a, b in zip(self, origin, strict=True)):
+        if len(self) == tuple.__len__(origin) and all(a is b for a, b in zip(self, origin, strict=True)):
             return origin
         cls = type(origin)
         make = getattr(cls, "_make", None) if cls is not tuple else None
@@ -435,7 +436,10 @@ class _Writer:
         if isinstance(value, dict):
             return self._dict(value)
         if isinstance(value, (list, tuple)):
-            return self._list(value)
+            # A subclass is walked as the items orjson writes (its storage), never sized by its __len__.
+            items = copy_list(value)
+            out = self._list(items)
+            return value if out is items else out
         if isinstance(value, (str, int)):
             return value  # orjson writes a str or int subclass (an IntEnum, a dataclass on int) as the str or int
         if isinstance(value, enum.Enum):
@@ -1021,7 +1025,7 @@ def _spell_big_ints(prepared: Any) -> tuple[Any, Callable[[bytes], bytes]]:
         if isinstance(node, (dict, list, tuple)) and id(node) not in copies:
             copies[id(node)] = None
             order.append(node)
-            stack.extend(node.values() if isinstance(node, dict) else node)
+            stack.extend(dict.values(node) if isinstance(node, dict) else copy_list(node))
 
     def spelled(value: Any) -> Any:
         if isinstance(value, (dict, list, tuple)):
@@ -1045,9 +1049,9 @@ def _spell_big_ints(prepared: Any) -> tuple[Any, Callable[[bytes], bytes]]:
 
     for node in reversed(order):
         if isinstance(node, dict):
-            copies[id(node)] = {key: spelled(item) for key, item in node.items()}
+            copies[id(node)] = {key: spelled(item) for key, item in dict.items(node)}
         else:
-            copies[id(node)] = [spelled(item) for item in node]
+            copies[id(node)] = [spelled(item) for item in copy_list(node)]  # its items as orjson reads them
     placeholder = re.compile(b'"' + re.escape(nonce.encode("ascii")) + rb'(\d+)"')
 
     def put_back(text: bytes) -> bytes:
@@ -1496,7 +1500,7 @@ def _copy_decoded(root: Any, reader: _Reader) -> tuple[Any, bool]:
     if not isinstance(root, (dict, list, tuple)):
         return root, False
     tuples = not isinstance(root, (dict, list))
-    top = dict(root) if isinstance(root, dict) else list(root) if isinstance(root, list) else _TupleList(root)
+    top = dict(root) if isinstance(root, dict) else copy_list(root) if isinstance(root, list) else _TupleList(root)
     guard = Guard(root, _path)
     seen = guard.seen
     # Each container is two entries, its original (whose identity the guard follows) and its copy on top: no tuple
@@ -1540,12 +1544,12 @@ def _copy_decoded(root: Any, reader: _Reader) -> tuple[Any, bool]:
             if isinstance(item, dict):
                 copied: Any = dict(item)
             elif isinstance(item, list):
-                copied = list(item)
+                copied = list(item) if cls is list else copy_list(item)
             else:
                 copied = _TupleList(item)
                 tuples = True
             node[key] = copied
-            if item and (cls is not list or len(item) < _LONG_LIST or holds_any(item, _COPIED)):
+            if copied and (cls is not list or len(item) < _LONG_LIST or holds_any(item, _COPIED)):
                 stack.append(item)
                 stack.append(copied)
     return top, tuples

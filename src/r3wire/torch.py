@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from r3wire._arraylike import refuse_masked
+from r3wire._walk import copy_list
 from r3wire.arrays import decode_array
 from r3wire.errors import EncodeError, R3WireError, describe
 from r3wire.routes import decode_routes
@@ -248,7 +249,7 @@ def decode_array_tensor(
         try:
             if isinstance(dtypes, (bytes, bytearray, memoryview)):  # iterable, but as small ints
                 raise TypeError
-            allowed = tuple(dtypes)
+            allowed = tuple(copy_list(dtypes))  # never sized by a caller's __len__
         except TypeError:
             raise R3WireError.make("dtypes", f"a dtype name or a collection of names ({expected})", dtypes) from None
     unsupported = [d for d in allowed if not isinstance(d, str) or d not in TORCH_DTYPES]

@@ -29,7 +29,7 @@ from r3wire._jsonpath import json_path as _path
 from r3wire._routecheck import optional_num_experts
 from r3wire._typeset import is_mapping
 from r3wire._validate import check_int, check_shape, optional_max_elements, plain_str
-from r3wire._walk import Guard
+from r3wire._walk import Guard, copy_list
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.formats._common import (
     MISSING_ROUTE,
@@ -397,6 +397,7 @@ def _detect(payload: object, *, has_shape: bool, nested: str | None = None) -> t
     if is_mapping(payload):
         return _detect_mapping(payload, has_shape, nested=nested)
     if isinstance(payload, list):
+        payload = copy_list(payload) if type(payload) is not list else payload  # a subclass's __len__ may lie
         return _detect_list(payload), payload
     if not isinstance(payload, (str, bytes, bytearray, memoryview)):
         raise DecodeError.make(
@@ -404,7 +405,8 @@ def _detect(payload: object, *, has_shape: bool, nested: str | None = None) -> t
         )
     payload = byte_text(payload, None)
     if _is_json_text(payload):
-        parsed = load_json(payload, what="a routed-experts payload")
+        # root="": a payload's members are named as its readers and decode_routes name them (shape[0], not $.shape[0]).
+        parsed = load_json(payload, what="a routed-experts payload", root="")
         if not isinstance(parsed, (dict, list)):
             raise DecodeError.make(None, "a JSON object or array", f"a JSON {type(parsed).__name__}", raw=True)
         return _detect(parsed, has_shape=has_shape, nested=nested)
@@ -810,6 +812,7 @@ def write(
             For the Fireworks formats ``start``, ``total_tokens`` and ``start + rows`` are at most 2**32 - 1 (u32
             in r3/v1; the per-token matrices list is held to the same bound); elsewhere ``start`` is an int64.
         dtype: the element type to write, if the format allows a choice; by default each format's own rule.
+            json-lists has none to choose: only ``None``.
         num_experts: the model's expert count: every id must be below it, and formats whose engines pick the
             dtype from it (r3wire, vllm-npy, nemo-rl, fireworks-*) do the same.
         pack_bits: r3wire only: write the ids bit-packed (see :func:`r3wire.encode_routes`). ``None`` keeps a
@@ -822,7 +825,7 @@ def write(
     Raises:
         EncodeError: the routes cannot be represented exactly in the format (negative or too large ids, a
             nonzero ``start``, a partial ``mask`` or a ``total_tokens`` the format cannot carry, a dtype too
-            narrow, a ``start`` or ``total_tokens`` beyond the format's token count).
+            narrow or one json-lists cannot carry, a ``start`` or ``total_tokens`` beyond the format's token count).
         R3WireError: an unknown format, or ``pack_bits`` not a bool.
         ImportError: fireworks-r3v1 and fireworks-trace without the ``zstd`` extra.
     """

@@ -23,6 +23,7 @@ import numpy as np
 from r3wire._base64 import b64decode_strict
 from r3wire._typeset import is_mapping, is_sequence
 from r3wire._validate import DEFAULT_MAX_ELEMENTS, check_element_count, check_keys, check_shape, load_object
+from r3wire._walk import copy_list
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.formats._common import (
     ReadOptions,
@@ -139,11 +140,13 @@ def read_fireworks_matrices(payload: object, opts: ReadOptions) -> ReadResult:
         R3WireError: ``num_layers`` or ``top_k`` not given.
     """
     if isinstance(payload, (str, bytes, bytearray, memoryview)):
-        payload = load_json(payload, what="a JSON list of base64 matrices and nulls")
+        payload = load_json(payload, what="a JSON list of base64 matrices and nulls", root="")
     if not is_sequence(payload) or isinstance(payload, (str, bytes, bytearray)):
         raise DecodeError.make(
             None, "a list of base64 matrices and nulls, one per token", type(payload).__name__, raw=True
         )
+    if type(payload) is not list:
+        payload = copy_list(payload)  # counted and read once: a caller's sequence's __len__ may lie
     if opts.num_layers is None or opts.top_k is None:
         raise R3WireError.make(
             "num_layers, top_k", "given for Fireworks per-token matrices (they carry neither)", "None", raw=True

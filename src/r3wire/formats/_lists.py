@@ -16,7 +16,8 @@ import numpy as np
 
 from r3wire._typeset import types_within
 from r3wire._validate import check_element_count, check_shape, is_int
-from r3wire.errors import DecodeError, R3WireError
+from r3wire._walk import copy_list, own_len
+from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.formats._common import (
     ReadOptions,
     ReadResult,
@@ -47,9 +48,11 @@ def read_json_lists(payload: object, opts: ReadOptions) -> ReadResult:
             other than an all -1 missing-route row, or an id at or above ``num_experts``.
     """
     if isinstance(payload, (str, bytes, bytearray, memoryview)):
-        payload = load_json(payload, what="nested lists of expert ids")
+        payload = load_json(payload, what="nested lists of expert ids", root="")
     if not isinstance(payload, list):
         raise DecodeError.make(None, "a list of [layers][top_k] lists of expert ids", type(payload).__name__, raw=True)
+    if type(payload) is not list:
+        payload = copy_list(payload)  # a subclass as the rows it holds: its __len__ may lie
     dims = _first_dims(payload)
     if not payload:
         dims = [0, opts.num_layers or 0, opts.top_k or 0]
@@ -76,8 +79,8 @@ def _first_dims(payload: list[Any]) -> list[int]:
             raise DecodeError.make(
                 f"routes{where}", "a list (routes nest [rows][layers][top_k])", type(node).__name__, raw=True
             )
-        dims.append(len(node))
-        if not node:
+        dims.append(own_len(node))  # an inner subclass by what it holds (the levels below take exact lists only)
+        if not dims[-1]:
             break
         node = node[0]
     return dims + [0] * (_ROUTES_NDIM - len(dims))
@@ -124,9 +127,13 @@ def write_json_lists(routes: object, opts: WriteOptions) -> list[Any]:
     """Write ``routes`` as nested lists of Python ints (all -1 missing-route rows kept).
 
     Raises:
-        EncodeError: not a 3-d integer array, a negative id outside an all -1 row, or an id at or above
-            ``num_experts``.
+        EncodeError: a ``dtype`` (JSON integers have no element type to choose), not a 3-d integer array, a
+            negative id outside an all -1 row, or an id at or above ``num_experts``.
     """
+    if opts.dtype is not None:
+        # Accepting one would promise a width (or a range check) that nothing on the wire keeps; num_experts is
+        # the bound that is checked.
+        raise EncodeError.make("dtype", "None (json-lists carries no dtype; num_experts bounds the ids)", opts.dtype)
     arr, _, _ = prepared_routes(routes, num_experts=opts.num_experts, missing_sentinel=True)
     out: list[Any] = arr.tolist()
     return out

@@ -21,7 +21,7 @@ import numpy as np
 
 from r3wire._jsonpath import json_path as _path
 from r3wire._typeset import is_mapping, types_within
-from r3wire._walk import EXIT, Guard, holds_any
+from r3wire._walk import EXIT, Guard, copy_list, holds_any, own_len
 from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
 from r3wire.logprobs import (
@@ -191,7 +191,7 @@ def find_routes(root: object, guard: Guard | None = None) -> Iterator[Found]:
                     guard.child(item, child_key)
                     children.append((False, item, (link, child_key), None, inner, outer))
         elif isinstance(node, (list, tuple)):  # an in-process document may build its arrays as tuples
-            if len(node) >= _LONG_LIST and not holds_any(node, _WALKED):
+            if own_len(node) >= _LONG_LIST and not holds_any(node, _WALKED):
                 continue
             # A list starts a new context: one choice's token ids never belong to its sibling's routes. What holds
             # the list stays reachable as `outer`, for what a response shares among its choices (vLLM chat's prompt).
@@ -364,7 +364,7 @@ def _check_entry_ids(
     """SGLang's entry ``skip + i`` is ``[logprob, token_id, text]``: its token id, when given, is ``token_ids[i]``."""
     for i, token_id in enumerate(token_ids.tolist()):
         entry = entries[skip + i]
-        if len(entry) < 2 or entry[1] is None:  # no token id: nothing to compare
+        if own_len(entry) < 2 or entry[1] is None:  # no token id: nothing to compare
             continue
         given = entry[1]
         if type(given) is not int or given != token_id:
@@ -414,9 +414,12 @@ def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | Non
         return array.astype(np.int64)
     if not isinstance(value, (list, tuple)):  # a tuple: an in-process document, walked like a list
         raise relocated(DecodeError.make(None, "a list of token ids", type(value).__name__, raw=True), parts)
+    if type(value) is not list:
+        value = copy_list(value)  # a tuple, or a subclass read as what it holds: NumPy would ask its __len__
     if max_elements is not None and len(value) > max_elements:
         raise relocated(
-            DecodeError.make(None, f"at most max_elements={max_elements} token ids", f"{len(value)}", raw=True), parts
+            DecodeError.make(None, f"at most max_elements={max_elements} token ids", f"{len(value)}", raw=True),
+            parts,
         )
     # NumPy converts and bounds the ids in C (a 32k-token prompt in about half the time of Python's min and max);
     # only a list it refuses, or one holding a negative id, is searched for the id to name.
@@ -483,13 +486,15 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
         numbers: list[Any] = []
         append = numbers.append
         for i, entry in enumerate(value):
-            if not isinstance(entry, (list, tuple)) or not entry:
+            if not isinstance(entry, (list, tuple)) or not own_len(entry):
                 raise DecodeError.make(f"[{i}]", "a [logprob, token_id, ...] list", entry)
             append(entry[0])
         # An entry's logprob is named [i][0], as its token id is [i][1].
         return _Read(_numbers(numbers[skip:] if skip else numbers, suffix="[0]"), ())
     if isinstance(value, (list, tuple)):
-        return _Read(_numbers(value[skip:] if skip else value), ())
+        # A subclass sliced to a plain list or tuple first: NumPy would ask its __len__, which may lie.
+        plain = type(value) is list or type(value) is tuple
+        return _Read(_numbers(value[skip:] if skip or not plain else value), ())
     if not is_mapping(value):
         raise DecodeError.make(None, "a logprobs object or list", type(value).__name__, raw=True)
     if value.get(KEY_SCHEMA) == LOGPROBS_SCHEMA.name:
