@@ -162,7 +162,7 @@ def test_a_partly_missing_row_is_refused_and_layers_select_what_is_replayed() ->
     assert "layers=" in str(caught.value.expected)
     with pytest.raises(R3WireError) as caught:
         trace.add_result(result, layers=slice(1, None))
-    assert caught.value.field == "result.routes[row 4, layer 1, slot 0]"  # layer 1 of the selection
+    assert caught.value.field == "result.routes[row 4, layer 2, slot 0]"  # where it is in result.routes
     assert trace.rows == 0
     routes[4, 1] = -1  # row 4 missing in every replayed layer: not replayed
     trace.add_result(one(nemo_rl(TOKENS[:5], TOKENS[5:8], routes)), layers=[1, 2])
