@@ -138,8 +138,8 @@ def _uniform(
     """``samples`` converted one by one, all with the trailing shape of the first (a batch shares it)."""
     if not _is_sequence(samples):
         raise _fail(field, what, type(samples).__name__)
-    assert isinstance(samples, (Sequence, np.ndarray))
-    arrays = [convert(sample, f"{field}[{i}]") for i, sample in enumerate(samples)]
+    items: Any = samples  # a Sequence, an array or a tensor with an axis: each iterates over its items
+    arrays = [convert(sample, f"{field}[{i}]") for i, sample in enumerate(items)]
     for i, arr in enumerate(arrays[1:], start=1):
         if arr.shape[1:] != arrays[0].shape[1:]:
             raise _fail(f"{field}[{i}].shape", expected_shape(arrays[0]), f"{list(arr.shape)}")
@@ -1227,7 +1227,7 @@ def _layer_picks(n_layers: int, layers: object) -> list[int] | None:
         items = _from_caller(layers, "layers") if is_tensor(layers) and layers.ndim else layers  # type: ignore[attr-defined]
         if not _is_sequence(items):
             raise _fail("layers", "None, a slice or a sequence of layer indexes", describe(layers))
-        assert isinstance(items, (Sequence, np.ndarray))
+        assert isinstance(items, (Sequence, np.ndarray))  # a tensor was converted above
         if len(items) > n_layers:
             raise _fail("layers", f"at most {n_layers} distinct layer indexes", f"{len(items)} indexes")
         picked = []
@@ -1689,22 +1689,29 @@ class RouteTrace:
           three dense layers a DeepSeek-V3 payload may carry as -1 rows);
         - where they start: ``result.start`` (prime-rl's sidecar), else ``start`` (rows that cover every token of
           the call, a prefill node's, need ``start=0``), else from the end as :meth:`add` places them;
-        - the call's tokens: ``result.call_token_ids()``. Where the body lacks the prompt's ids, ``token_ids``
-          gives the call's whole sequence, which must end with the completion ids the body carries
-          (``result.token_ids``); where the body carries both, ``token_ids`` must equal them;
+        - the call's tokens: ``result.call_token_ids()``. Where the body lacks the prompt's or the completion's
+          ids, ``token_ids`` gives the call's whole sequence, checked against every id the body carries: it must
+          start with ``result.prompt_token_ids``, end with ``result.token_ids``, and where the body carries both,
+          equal them joined;
         - the rows replayed: ``result.mask``, less every row that holds -1
           (:data:`~r3wire.formats.MISSING_ROUTE`, NeMo-RL's and SGLang's "no expert recorded") in every slot of
           every layer. A row with -1 in some slots only cannot be replayed as a row and is refused;
         - the expert count: ``result.num_experts`` (r3wire envelopes record it) must be this trace's.
 
-        Tokens are always verified, so the trace must be one whose calls all give token ids.
+        Tokens are always verified, so the trace must be one whose calls all give token ids. Sizes come before
+        contents: the selected routes (rows x layers x top_k) and the call's token count are held to the trace's
+        ``max_elements`` before any id is read, selected or joined. An error about an element of the routes names
+        it in ``result.routes`` (``result.routes[row r, layer l, slot s]``, ``l`` counted in ``result.routes``
+        whatever ``layers`` selects).
 
         Raises:
             R3WireError: ``result`` is not a ``ReadResult``; the call's tokens are neither in the response nor
-                given, or the given ones disagree with the response's (the first differing position named);
-                ``start`` differs from ``result.start``; ``layers`` is not a slice or a sequence of distinct layer
-                indexes selecting at least one layer; a row is partly -1 (row, layer and slot named); the expert
-                counts differ; or anything :meth:`add` raises. The trace is unchanged when this is raised.
+                given, or the given ones disagree with the response's prompt or completion ids (the first
+                differing position and both tokens named); ``start`` is not an integer in ``0 .. 2**63-1`` or
+                differs from ``result.start``; ``layers`` is not a slice or a sequence (list, 1-d array or tensor)
+                of distinct layer indexes selecting at least one layer; the selected routes or the call's tokens
+                exceed ``max_elements``; a row is partly -1 (row, layer and slot named); the expert counts differ;
+                or anything :meth:`add` raises. The trace is unchanged when this is raised.
         """
         # Imported here: ``import r3wire`` does not import the formats package, and batching must not make it.
         from r3wire.formats._common import MISSING_ROUTE, ReadResult  # noqa: PLC0415
