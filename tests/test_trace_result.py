@@ -324,6 +324,7 @@ def test_given_token_ids_must_start_with_the_bodys_prompt_when_it_carries_no_com
 # --- A hand-built ReadResult is checked at construction ----------------------------------------------------------
 
 ROUTES = TRUTH[:4].astype(np.int32)
+MA: Any = np.ma  # untyped in NumPy 1.24's stubs
 
 
 @pytest.mark.parametrize(
@@ -332,7 +333,7 @@ ROUTES = TRUTH[:4].astype(np.int32)
         ("routes", TRUTH[:4].tolist()),
         ("routes", TRUTH[0]),
         ("routes", TRUTH[:4].astype(np.float64)),
-        ("routes", np.ma.masked_array(TRUTH[:4])),
+        ("routes", MA.masked_array(TRUTH[:4])),
         ("mask", np.ones(3, dtype=bool)),
         ("mask", np.ones(4, dtype=np.uint8)),
         ("mask", [True] * 4),
@@ -368,16 +369,15 @@ def test_a_hand_built_read_result_is_checked_field_by_field(field: str, value: A
 
 def test_a_valid_hand_built_read_result_is_taken_as_it_is() -> None:
     prompt = np.array([3, (1 << 53) + 1], dtype=np.uint64)  # uint64 with int64 promotes to float64 in NumPy
+    numpy_ints: dict[str, Any] = {"start": np.int64(0), "num_experts": np.uint16(EXPERTS), "num_clamped": np.int8(2)}
     result = formats.ReadResult(
         routes=TRUTH[:3],
         format="mine",
-        start=np.int64(0),
-        num_experts=np.uint16(EXPERTS),
         mask=np.array([True, False, True]),
         prompt_token_ids=prompt,
         token_ids=np.array([5, 6], dtype=np.int32),
         logprobs=np.zeros(2, dtype=np.float32),
-        num_clamped=np.int8(2),
+        **numpy_ints,
     )
     assert type(result.start) is int
     assert result.start == 0

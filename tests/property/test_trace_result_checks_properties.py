@@ -94,6 +94,8 @@ def test_given_token_ids_are_taken_iff_they_agree_with_every_carried_part(
         assert given_tokens[at] != completion[at - first]
 
 
+MA: Any = np.ma  # untyped in NumPy 1.24's stubs
+
 # Values of every kind for every field: the right ones, and what a hand-built result may hold by mistake.
 ODD_VALUES = st.one_of(
     st.none(),
@@ -108,7 +110,7 @@ ODD_VALUES = st.one_of(
     st.just(np.array(["1", "2"])),
     st.just(np.array([1 << 63], dtype=np.uint64)),
     st.just(np.array([-1, 5], dtype=np.int16)),
-    st.just(np.ma.masked_array([1, 2], mask=[False, True])),
+    st.just(MA.masked_array([1, 2], mask=[False, True])),
     st.just(np.broadcast_to(np.int64(1), (5,))),
     st.just(np.ones(3, dtype=bool)),
     st.just(np.zeros((3, 2, 2), dtype=np.float32)),
@@ -118,10 +120,14 @@ ODD_VALUES = st.one_of(
 )
 
 
+def _random_routes(shape: tuple[int, int, int], low: int, high: int, dtype: str, seed: int) -> Array:
+    return np.asarray(np.random.default_rng(seed).integers(low, high, shape)).astype(dtype)
+
+
 def _routes() -> st.SearchStrategy[Array]:
     """Routes of any integer dtype and small shape: mostly valid ids, sometimes -1 or ids past EXPERTS."""
     return st.builds(
-        lambda shape, low, high, dtype, seed: np.random.default_rng(seed).integers(low, high, shape).astype(dtype),
+        _random_routes,
         st.tuples(st.integers(0, 4), st.sampled_from([1, 1, 2, 3, 1, 2, 0]), st.sampled_from([1, 2, 1, 2, 0])),
         st.sampled_from([0, 0, 0, -1]),
         st.sampled_from([EXPERTS, EXPERTS, EXPERTS, EXPERTS + 2]),
