@@ -341,7 +341,6 @@ MA: Any = np.ma  # untyped in NumPy 1.24's stubs
         ("token_ids", ["0", "1"]),
         ("token_ids", np.zeros((2, 2), dtype=np.int64)),
         ("prompt_token_ids", np.array(3)),
-        ("prompt_token_ids", np.array([1 << 63], dtype=np.uint64)),
         ("logprobs", np.zeros(2, dtype=np.int64)),
         ("start", -1),
         ("start", 1.0),
@@ -395,6 +394,23 @@ def test_a_valid_hand_built_read_result_is_taken_as_it_is() -> None:
     assert trace.token_ids.tolist() == [3, (1 << 53) + 1, 5, 6]
     assert trace.replayed is not None
     assert trace.replayed.tolist() == [True, False, True]
+
+
+def test_uint64_token_ids_past_int64_are_refused_where_they_are_read() -> None:
+    # The constructor reads no value (a broadcast view may declare any length); the ids are read, and checked,
+    # where they are joined or compared, never wrapped to negative int64.
+    huge = np.array([5, 1 << 63], dtype=np.uint64)
+    result = formats.ReadResult(routes=TRUTH[:2], format="x", prompt_token_ids=huge, token_ids=np.arange(1))
+    with pytest.raises(R3WireError) as caught:
+        result.call_token_ids()
+    assert caught.value.field == "ReadResult.prompt_token_ids[1]"
+    assert caught.value.got == str(1 << 63)
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(result, token_ids=[5, 7, 0])
+    assert caught.value.field == "result.prompt_token_ids[1]"
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(result)
+    assert caught.value.field == "result.prompt_token_ids[1]"
 
 
 def test_the_callers_start_is_checked_before_it_is_compared() -> None:

@@ -1249,28 +1249,35 @@ def _result_tokens(result: ReadResult, token_ids: object, limit: int) -> Array:
     Sizes before contents: the response's ids are joined, and the given ones read, only when their count is
     within ``limit``.
     """
+    from r3wire.formats._common import int64_ids  # noqa: PLC0415  # see add_result
+
     prompt, completion = result.prompt_token_ids, result.token_ids
+    n_prompt = 0 if prompt is None else prompt.shape[0]
     if token_ids is None:
-        if prompt is not None and completion is not None:
-            count = prompt.shape[0] + completion.shape[0]
-            if count > limit:
-                raise _fail(
-                    "token_ids",
-                    f"at most max_elements={limit} token ids",
-                    f"{count} (result.prompt_token_ids + result.token_ids)",
-                )
-        try:
-            return result.call_token_ids()
-        except R3WireError as exc:  # the response lacks prompt_token_ids or token_ids: the caller must give them
+        if prompt is None or completion is None:  # the caller must give them
             raise _fail(
                 "token_ids",
                 "the call's token ids, prompt then completion: carried by the response (vLLM return_token_ids, "
                 "SGLang return_prompt_token_ids) or passed as token_ids=",
-                f"a response without {exc.field}",
-            ) from None
+                f"a response without {'prompt_token_ids' if prompt is None else 'token_ids'}",
+            )
+        count = n_prompt + completion.shape[0]
+        if count > limit:
+            raise _fail(
+                "token_ids",
+                f"at most max_elements={limit} token ids",
+                f"{count} (result.prompt_token_ids + result.token_ids)",
+            )
+        # result.call_token_ids(), with its errors named as every other one here: result.<field>.
+        joined: Array = np.concatenate(
+            (int64_ids(prompt, "result.prompt_token_ids"), int64_ids(completion, "result.token_ids"))
+        )
+        return joined
     tokens = _as_tokens(token_ids, "token_ids", limit=limit)
     count = tokens.shape[0]
+    # The response's ids are read only as far as the given ones reach (a part may be longer: a refused call).
     if prompt is not None:
+        prompt = int64_ids(prompt[:count], "result.prompt_token_ids")
         at = _first_difference(prompt, tokens)
         if at is not None:
             raise _fail(
@@ -1279,22 +1286,24 @@ def _result_tokens(result: ReadResult, token_ids: object, limit: int) -> Array:
                 "result.prompt_token_ids)",
                 int(tokens[at]),
             )
-        if count < prompt.shape[0]:
+        if count < n_prompt:
             raise _fail(
                 "token_ids",
-                f"the call's whole sequence, starting with the response's {prompt.shape[0]} prompt token ids",
+                f"the call's whole sequence, starting with the response's {n_prompt} prompt token ids",
                 f"{count} token ids",
             )
     if completion is None:
         return tokens
+    n_completion = completion.shape[0]
     # Where the completion's ids go: right after the prompt's when the response carries both, else at the end.
-    first = count - completion.shape[0] if prompt is None else prompt.shape[0]
+    first = count - n_completion if prompt is None else n_prompt
     if first < 0:
         raise _fail(
             "token_ids",
-            f"the call's whole sequence, ending with the response's {completion.shape[0]} completion token ids",
+            f"the call's whole sequence, ending with the response's {n_completion} completion token ids",
             f"{count} token ids",
         )
+    completion = int64_ids(completion[: count - first], "result.token_ids")
     at = _first_difference(completion, tokens[first:])
     if at is not None:
         raise _fail(
@@ -1302,8 +1311,8 @@ def _result_tokens(result: ReadResult, token_ids: object, limit: int) -> Array:
             f"{int(completion[at])}, the response's completion token {at} (token_ids must end with result.token_ids)",
             int(tokens[first + at]),
         )
-    if count != first + completion.shape[0]:
-        both = first + completion.shape[0]
+    if count != first + n_completion:
+        both = first + n_completion
         raise _fail(
             "token_ids",
             f"{both} token ids (the response's own prompt_token_ids + token_ids)",

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.property
 
 Array = np.ndarray[Any, Any]
 EXPERTS = 8
+INT64_MAX = (1 << 63) - 1
 
 
 def _agrees(given: list[int], prompt: list[int] | None, completion: list[int] | None) -> bool:
@@ -223,7 +224,11 @@ def test_a_read_result_is_refused_when_built_or_usable_everywhere(
         assert value is None or type(value) is int
     present = result.route_mask()
     assert present.shape == result.routes.shape
-    if result.prompt_token_ids is not None and result.token_ids is not None:
+    parts = [ids.tolist() for ids in (result.prompt_token_ids, result.token_ids) if ids is not None]
+    if any(token > INT64_MAX for ids in parts for token in ids):
+        with pytest.raises(R3WireError, match="a token id <= "):
+            result.call_token_ids()  # a hand-built uint64 id past int64: refused, never wrapped
+    elif result.prompt_token_ids is not None and result.token_ids is not None:
         joined = result.call_token_ids()
         assert joined.dtype == np.int64
         assert joined.tolist() == [*result.prompt_token_ids.tolist(), *result.token_ids.tolist()]  # exact values

@@ -35,6 +35,7 @@ __all__ = [
     "choose_dtype",
     "decode_b64_array",
     "first_index",
+    "int64_ids",
     "load_json",
     "mapping_get",
     "prepared_routes",
@@ -87,7 +88,7 @@ class ReadResult:
     Raises:
         R3WireError: (constructing one) a field of another type, shape or range than described above, named
             ``ReadResult.<field>``: ``routes`` not a 3-d integer NumPy array; ``mask`` not a bool ``[rows]`` array;
-            ``token_ids`` / ``prompt_token_ids`` not 1-d integer arrays (or uint64 ids past int64);
+            ``token_ids`` / ``prompt_token_ids`` not 1-d integer arrays;
             ``logprobs`` not a 1-d float array; ``start`` / ``total_tokens`` not integers in ``0 .. 2**63-1``,
             ``num_experts`` not in ``1 .. 2**31``, ``bits`` not in ``1 .. 31``, ``num_clamped`` not in
             ``0 .. len(logprobs)``; ``format`` not a str, ``path`` not None or a str, ``parts`` not a tuple.
@@ -147,7 +148,7 @@ class ReadResult:
         Raises:
             R3WireError: the response carried no prompt token ids, or no completion token ids, beside the routes
                 (field ``prompt_token_ids`` or ``token_ids``; ask the engine for them, or join the caller's own
-                prompt ids with ``token_ids``).
+                prompt ids with ``token_ids``), or a hand-built uint64 array holds an id past int64.
         """
         where = f" beside the routes at {self.path}" if self.path is not None else ""
         if self.prompt_token_ids is None:
@@ -165,10 +166,9 @@ class ReadResult:
                 "a response without them",
                 raw=True,
             )
-        # Cast as one: NumPy promotes uint64 with int64 to float64. Every id fits int64 (checked at construction).
-        call: np.ndarray[Any, Any] = np.concatenate(
-            (self.prompt_token_ids, self.token_ids), dtype=np.int64, casting="unsafe"
-        )
+        prompt = int64_ids(self.prompt_token_ids, "ReadResult.prompt_token_ids")
+        completion = int64_ids(self.token_ids, "ReadResult.token_ids")
+        call: np.ndarray[Any, Any] = np.concatenate((prompt, completion))
         return call
 
     def route_mask(self) -> np.ndarray[Any, Any]:
@@ -214,10 +214,22 @@ def _check_token_array(value: object, name: str) -> None:
     tokens = _field_array(value, name, expected)
     if tokens.dtype.kind not in "iu" or tokens.ndim != 1:
         raise _field_error(name, expected, tokens)
-    if tokens.dtype == np.uint64 and tokens.size and int(tokens.max()) > _INT64_MAX:
-        # Only a hand-built uint64 array can hold one: the readers give int64. Refused here, not wrapped later.
-        position = int(np.argmax(tokens > _INT64_MAX))
-        raise R3WireError.make(f"ReadResult.{name}[{position}]", f"a token id <= {_INT64_MAX}", int(tokens[position]))
+
+
+def int64_ids(ids: np.ndarray[Any, Any], field: str) -> np.ndarray[Any, Any]:
+    """A ``ReadResult``'s integer token ids as int64, unchanged in value (no copy when they are int64 already).
+
+    Only a hand-built uint64 array can hold an id int64 does not (the readers give int64): it is refused, never
+    wrapped, and only here, where the ids are read (the constructor reads no value).
+
+    Raises:
+        R3WireError: an id past ``2**63 - 1``, its position named.
+    """
+    if ids.dtype == np.uint64 and ids.size and int(ids.max()) > _INT64_MAX:
+        position = int(np.argmax(ids > _INT64_MAX))
+        raise R3WireError.make(f"{field}[{position}]", f"a token id <= {_INT64_MAX}", int(ids[position]))
+    converted: np.ndarray[Any, Any] = ids.astype(np.int64, copy=False)
+    return converted
 
 
 def _set_int(result: ReadResult, name: str, minimum: int, maximum: int) -> None:
