@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -294,3 +296,47 @@ def test_an_error_about_the_routes_names_an_element_of_result_routes_holding_the
     assert at[1] in picked
     assert str(routes[at]) == caught.value.got
     assert at == (row, layer, slot)
+
+
+def _peak_of(call: Callable[[], object]) -> tuple[BaseException | None, int]:
+    """The exception ``call`` raised (or None) and the peak traced memory while it ran."""
+    tracemalloc.start()
+    error: BaseException | None = None
+    try:
+        call()
+    except Exception as exc:  # returned for the caller to assert on
+        error = exc
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return error, peak
+
+
+@given(
+    shape=st.tuples(st.integers(0, 2**34), st.integers(1, 64), st.integers(1, 8)),
+    carried=st.tuples(st.none() | st.integers(0, 2**34), st.none() | st.integers(0, 2**34)),
+    given_tokens=st.none() | st.integers(1, 2**34),
+    layers=st.none() | st.builds(slice, st.integers(0, 3), st.none()) | st.just([0]),
+    max_elements=st.integers(0, 64),
+)
+def test_add_results_memory_is_bounded_by_the_traces_max_elements_whatever_the_result_declares(
+    shape: tuple[int, int, int],
+    carried: tuple[int | None, int | None],
+    given_tokens: int | None,
+    layers: Any,
+    max_elements: int,
+) -> None:
+    # Broadcast views declare any size in no memory: every id add_result selects, joins or compares beyond the
+    # trace's bound would be a real allocation.
+    def ids(count: int | None) -> Array | None:
+        return None if count is None else np.broadcast_to(np.int64(1), (count,))
+
+    prompt, completion = carried
+    result = formats.ReadResult(
+        routes=np.broadcast_to(np.uint8(0), shape), format="x", prompt_token_ids=ids(prompt), token_ids=ids(completion)
+    )
+    trace = RouteTrace(max_elements=max_elements)
+    error, peak = _peak_of(lambda: trace.add_result(result, token_ids=ids(given_tokens), layers=layers, start=0))
+    assert error is None or isinstance(error, R3WireError), repr(error)
+    assert peak < 1 << 18  # 64 ids and 64 tokens at most, and the bookkeeping around them
+    if error is None:
+        assert trace.finalize()[0].size <= max_elements
