@@ -226,17 +226,17 @@ def test_a_read_result_is_refused_when_built_or_usable_everywhere(
         assert value is None or type(value) is int
     present = result.route_mask()
     assert present.shape == result.routes.shape
-    parts = [ids.tolist() for ids in (result.prompt_token_ids, result.token_ids) if ids is not None]
-    if any(token > INT64_MAX for ids in parts for token in ids):
+    prompt, completion = result.prompt_token_ids, result.token_ids
+    if prompt is None or completion is None:
+        with pytest.raises(R3WireError, match="a response without them"):
+            result.call_token_ids()
+    elif max([*prompt.tolist(), *completion.tolist(), 0]) > INT64_MAX:
         with pytest.raises(R3WireError, match="a token id <= "):
             result.call_token_ids()  # a hand-built uint64 id past int64: refused, never wrapped
-    elif result.prompt_token_ids is not None and result.token_ids is not None:
+    else:
         joined = result.call_token_ids()
         assert joined.dtype == np.int64
-        assert joined.tolist() == [*result.prompt_token_ids.tolist(), *result.token_ids.tolist()]  # exact values
-    else:
-        with pytest.raises(R3WireError):
-            result.call_token_ids()
+        assert joined.tolist() == [*prompt.tolist(), *completion.tolist()]  # exact values
     trace = RouteTrace(num_experts=EXPERTS, max_elements=max_elements)
     try:
         trace.add_result(result, token_ids=given_tokens, start=start, layers=layers)
