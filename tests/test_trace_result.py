@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import tracemalloc
 from typing import Any
 
 import numpy as np
@@ -162,7 +163,7 @@ def test_a_partly_missing_row_is_refused_and_layers_select_what_is_replayed() ->
     assert "layers=" in str(caught.value.expected)
     with pytest.raises(R3WireError) as caught:
         trace.add_result(result, layers=slice(1, None))
-    assert caught.value.field == "result.routes[row 4, layer 1, slot 0]"  # layer 1 of the selection
+    assert caught.value.field == "result.routes[row 4, layer 2, slot 0]"  # where it is in result.routes
     assert trace.rows == 0
     routes[4, 1] = -1  # row 4 missing in every replayed layer: not replayed
     trace.add_result(one(nemo_rl(TOKENS[:5], TOKENS[5:8], routes)), layers=[1, 2])
@@ -293,3 +294,287 @@ def test_trace_samples_are_refused_where_they_cannot_say_what_is_needed() -> Non
     assert caught.value.field == "token_lengths"
     _, mask = pad_routes([tokenless], token_lengths=[3])
     assert mask.tolist() == [[False, False, True]]
+
+
+# --- Every id the response carries is checked (a prompt without completion ids included) -------------------------
+
+
+def test_given_token_ids_must_start_with_the_bodys_prompt_when_it_carries_no_completion_ids() -> None:
+    # vLLM chat puts prompt_token_ids at the top; a proxy that drops the choice's token_ids leaves only those.
+    choice = {"index": 0, "routed_experts": formats.write(TRUTH[:7], format="vllm-npy")}
+    result = one(orjson.dumps({"choices": [choice], "prompt_token_ids": TOKENS[:5]}))
+    assert result.token_ids is None
+    assert result.prompt_token_ids is not None
+    trace = RouteTrace(num_experts=EXPERTS)
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result, token_ids=[*TOKENS[:2], 7, *TOKENS[3:8]])  # a wrong prompt joined to the reply
+    assert caught.value.field == "token_ids[2]"
+    assert str(caught.value.expected).startswith(f"{TOKENS[2]}, the response's prompt token 2")
+    assert caught.value.got == "7"
+    with pytest.raises(R3WireError, match="starting with the response's 5 prompt token ids") as caught:
+        trace.add_result(result, token_ids=TOKENS[:4])
+    assert caught.value.field == "token_ids"
+    assert trace.rows == 0
+    assert trace.token_ids is None
+    trace.add_result(result, token_ids=TOKENS[:8])
+    assert trace.rows == 7
+    assert np.array_equal(trace.finalize()[0], TRUTH[:7])
+
+
+# --- A hand-built ReadResult is checked at construction ----------------------------------------------------------
+
+ROUTES = TRUTH[:4].astype(np.int32)
+MA: Any = np.ma  # untyped in NumPy 1.24's stubs
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("routes", TRUTH[:4].tolist()),
+        ("routes", TRUTH[0]),
+        ("routes", TRUTH[:4].astype(np.float64)),
+        ("routes", MA.masked_array(TRUTH[:4])),
+        ("mask", np.ones(3, dtype=bool)),
+        ("mask", np.ones(4, dtype=np.uint8)),
+        ("mask", [True] * 4),
+        ("token_ids", np.array([2.9, 3.9])),
+        ("token_ids", ["0", "1"]),
+        ("token_ids", np.zeros((2, 2), dtype=np.int64)),
+        ("prompt_token_ids", np.array(3)),
+        ("logprobs", np.zeros(2, dtype=np.int64)),
+        ("start", -1),
+        ("start", 1.0),
+        ("start", np.array([1, 2])),
+        ("start", True),
+        ("total_tokens", "8"),
+        ("num_experts", 0),
+        ("num_experts", "8"),
+        ("num_experts", np.array([8, 8])),
+        ("bits", 32),
+        ("num_clamped", 1),
+        ("num_clamped", None),
+        ("format", None),
+        ("path", 3),
+        ("parts", ["choices", 0]),
+    ],
+)
+def test_a_hand_built_read_result_is_checked_field_by_field(field: str, value: Any) -> None:
+    fields: dict[str, Any] = {"routes": ROUTES, "format": "x", field: value}
+    with pytest.raises(R3WireError) as caught:
+        formats.ReadResult(**fields)
+    assert str(caught.value.field).startswith(f"ReadResult.{field}")
+    assert str(caught.value).startswith(f"{caught.value.field} must be ")
+
+
+def test_a_valid_hand_built_read_result_is_taken_as_it_is() -> None:
+    prompt = np.array([3, (1 << 53) + 1], dtype=np.uint64)  # uint64 with int64 promotes to float64 in NumPy
+    numpy_ints: dict[str, Any] = {"start": np.int64(0), "num_experts": np.uint16(EXPERTS), "num_clamped": np.int8(2)}
+    result = formats.ReadResult(
+        routes=TRUTH[:3],
+        format="mine",
+        mask=np.array([True, False, True]),
+        prompt_token_ids=prompt,
+        token_ids=np.array([5, 6], dtype=np.int32),
+        logprobs=np.zeros(2, dtype=np.float32),
+        **numpy_ints,
+    )
+    assert type(result.start) is int
+    assert result.start == 0
+    assert type(result.num_experts) is int
+    assert result.num_experts == EXPERTS
+    assert type(result.num_clamped) is int
+    assert result.num_clamped == 2
+    call = result.call_token_ids()
+    assert call.dtype == np.int64
+    assert call.tolist() == [3, (1 << 53) + 1, 5, 6]
+    assert result.route_mask()[:, 0, 0].tolist() == [True, False, True]
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add_result(result)
+    assert trace.token_ids is not None
+    assert trace.token_ids.tolist() == [3, (1 << 53) + 1, 5, 6]
+    assert trace.replayed is not None
+    assert trace.replayed.tolist() == [True, False, True]
+
+
+def test_uint64_token_ids_past_int64_are_refused_where_they_are_read() -> None:
+    # The constructor reads no value (a broadcast view may declare any length); the ids are read, and checked,
+    # where they are joined or compared, never wrapped to negative int64.
+    huge = np.array([5, 1 << 63], dtype=np.uint64)
+    result = formats.ReadResult(routes=TRUTH[:2], format="x", prompt_token_ids=huge, token_ids=np.arange(1))
+    with pytest.raises(R3WireError) as caught:
+        result.call_token_ids()
+    assert caught.value.field == "ReadResult.prompt_token_ids[1]"
+    assert caught.value.got == str(1 << 63)
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(result, token_ids=[5, 7, 0])
+    assert caught.value.field == "result.prompt_token_ids[1]"
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(result)
+    assert caught.value.field == "result.prompt_token_ids[1]"
+
+
+def test_the_callers_start_is_checked_before_it_is_compared() -> None:
+    result = formats.ReadResult(routes=TRUTH[:2], format="x", start=1, prompt_token_ids=np.arange(2), token_ids=None)
+    for start in (np.array([1, 2]), -1, "1", 1.0):
+        with pytest.raises(R3WireError) as caught:
+            RouteTrace().add_result(result, token_ids=TOKENS[:4], start=start)  # type: ignore[arg-type]
+        assert caught.value.field == "start"
+        assert "an integer in 0.." in str(caught.value.expected)
+
+
+# --- Sizes before contents -----------------------------------------------------------------------------------------
+
+
+def _peak(call: Any) -> tuple[BaseException | None, int]:
+    tracemalloc.start()
+    try:
+        call()
+    except Exception as exc:  # returned for the caller to assert on
+        return exc, tracemalloc.get_traced_memory()[1]
+    finally:
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return None, peak
+
+
+@pytest.mark.parametrize(
+    ("layers", "field", "shape"),
+    [
+        (None, "result.routes", [1 << 24, 61, 8]),
+        (slice(3, None), "result.routes[:, layers]", [1 << 24, 58, 8]),
+        ([5, 4, 3], "result.routes[:, layers]", [1 << 24, 3, 8]),
+    ],
+)
+def test_the_routes_size_is_checked_before_they_are_read(layers: Any, field: str, shape: list[int]) -> None:
+    # A broadcast view declares 8 G ids in no memory: selecting, comparing or joining any of it would allocate GiB.
+    rows = 1 << 24
+    routes = np.broadcast_to(np.int32(0), (rows, 61, 8))
+    result = formats.ReadResult(
+        routes=routes, format="x", prompt_token_ids=np.arange(1), token_ids=np.broadcast_to(np.int64(1), (rows + 1,))
+    )
+    trace = RouteTrace(num_experts=8, max_elements=1000)
+    error, peak = _peak(lambda: trace.add_result(result, layers=layers))
+    assert isinstance(error, R3WireError)
+    assert error.field == field
+    assert error.got is not None
+    assert error.got.startswith(str(shape))
+    assert peak < 1 << 20
+    assert trace.rows == 0
+
+
+def test_the_responses_token_count_is_checked_before_it_is_joined() -> None:
+    many = np.broadcast_to(np.int64(1), (1 << 28,))  # 2 GiB once joined
+    result = formats.ReadResult(routes=TRUTH[:2], format="x", prompt_token_ids=many, token_ids=many)
+    trace = RouteTrace(max_elements=1000)
+    error, peak = _peak(lambda: trace.add_result(result))
+    assert isinstance(error, R3WireError)
+    assert error.field == "token_ids"
+    assert "max_elements=1000" in str(error.expected)
+    assert peak < 1 << 20
+    error, peak = _peak(lambda: trace.add_result(result, token_ids=many))
+    assert isinstance(error, R3WireError)
+    assert error.field == "token_ids"
+    assert peak < 1 << 20
+
+
+# --- Errors name the element in result.routes, whatever layers= selects ------------------------------------------
+
+
+def _with_dense_layers() -> Any:
+    routes = np.zeros((3, 6, 2), dtype=np.int32)
+    routes[:, :, 1] = 1
+    routes[:, :3] = -1  # three dense layers written as -1 (DeepSeek-V3), dropped with layers=slice(3, None)
+    return routes
+
+
+def _result(routes: Any) -> formats.ReadResult:
+    return formats.ReadResult(routes=routes, format="x", prompt_token_ids=np.arange(2), token_ids=np.arange(2, 4))
+
+
+@pytest.mark.parametrize("layers", [slice(3, None), [3, 5, 4], [5, 4, 3], None])
+def test_an_out_of_range_id_is_named_in_result_routes(layers: Any) -> None:
+    routes = _with_dense_layers()
+    if layers is None:
+        routes[:, :3] = 0, 1
+    routes[1, 5, 0] = 9
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace(num_experts=8).add_result(_result(routes), layers=layers)
+    assert caught.value.field == "result.routes[row 1, layer 5, slot 0]"
+    assert caught.value.got == str(routes[1, 5, 0])
+    assert str(caught.value).startswith("result.routes[row 1, layer 5, slot 0] must be an expert id below")
+
+
+@pytest.mark.parametrize("layers", [slice(3, None), [3, 5, 4], [4, 3, 5]])
+def test_a_partly_missing_row_is_named_in_result_routes(layers: Any) -> None:
+    routes = _with_dense_layers()
+    routes[2, 4, 1] = -1
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace(num_experts=8).add_result(_result(routes), layers=layers)
+    assert caught.value.field == "result.routes[row 2, layer 4, slot 1]"
+    assert routes[2, 4, 1] == -1
+
+
+def test_a_conflict_is_named_in_result_routes() -> None:
+    routes = _with_dense_layers()
+    trace = RouteTrace(num_experts=8)
+    trace.add_result(_result(routes), layers=[3, 5, 4])
+    changed = routes.copy()
+    changed[0, 4, 0] = 5
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(_result(changed), layers=[3, 5, 4], on_conflict="raise")
+    assert caught.value.field == "result.routes[row 0, layer 4]"
+    assert caught.value.got == "[5, 1]"
+    assert "trajectory row 0" in str(caught.value.expected)
+    assert trace.conflicts == 0
+
+
+def test_errors_about_anything_else_keep_their_names() -> None:
+    trace = RouteTrace(num_experts=8)
+    trace.add_result(_result(_with_dense_layers()), layers=slice(3, None))
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(_result(_with_dense_layers()), layers=slice(4, None))
+    assert caught.value.field == "routes.shape"
+
+
+# --- A 0-d array or tensor is one value, not a sequence -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("layers", [np.array(1), np.array([[3, 4]]), np.array([3.0, 4.0])])
+def test_layers_must_be_a_sequence_of_indexes(layers: Any) -> None:
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(_result(_with_dense_layers()), layers=layers)
+    assert caught.value.field is not None
+    assert caught.value.field.startswith("layers")
+
+
+def test_zero_d_row_masks_are_refused() -> None:
+    samples = [TRUTH[:2]]
+    for replayed in (np.array(True), np.array(None, dtype=object)):
+        with pytest.raises(R3WireError) as caught:
+            pad_routes(samples, side="right", replayed=replayed)
+        assert caught.value.field == "replayed"
+        with pytest.raises(R3WireError) as caught:
+            pack_routes(samples, token_lengths=[3], replayed=replayed)
+        assert caught.value.field == "replayed"
+
+
+def test_tensors_as_layers_replayed_and_samples() -> None:
+    torch = pytest.importorskip("torch")
+    for replayed in (torch.tensor(True), torch.tensor([[True, False]])[0, 0]):
+        with pytest.raises(R3WireError) as caught:
+            pad_routes([TRUTH[:2]], side="right", replayed=replayed)
+        assert caught.value.field == "replayed"
+    for layers in (torch.tensor(1), torch.tensor([[3, 4]]), torch.tensor([3.0, 4.0])):
+        with pytest.raises(R3WireError) as caught:
+            RouteTrace().add_result(_result(_with_dense_layers()), layers=layers)
+        assert str(caught.value.field).startswith("layers")
+    by_list, by_tensor = RouteTrace(num_experts=8), RouteTrace(num_experts=8)
+    by_list.add_result(_result(_with_dense_layers()), layers=[5, 3])
+    by_tensor.add_result(_result(_with_dense_layers()), layers=torch.tensor([5, 3]))
+    assert np.array_equal(by_list.finalize()[0], by_tensor.finalize()[0])
+    # A 4-d tensor is a sequence of samples, as a 4-d array is.
+    batch = np.stack([TRUTH[:2], TRUTH[2:4]])
+    padded, mask = pad_routes(torch.from_numpy(batch), side="right", replayed=torch.tensor([[True, False]] * 2))
+    expected, expected_mask = pad_routes(batch, side="right", replayed=[np.array([True, False])] * 2)
+    assert np.array_equal(padded, expected)
+    assert np.array_equal(mask, expected_mask)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import operator
+import re
 from collections.abc import Callable, Sequence
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any, Final, Literal, overload
@@ -33,7 +34,7 @@ import numpy as np
 
 from r3wire._arraylike import as_numpy, is_tensor
 from r3wire._routecheck import ROUTES_MIN_DIMS, optional_num_experts
-from r3wire._typeset import instance_of, is_sequence, types_within
+from r3wire._typeset import is_sequence, types_within
 from r3wire._validate import (
     MAX_DIM,
     MAX_EXTENT,
@@ -122,11 +123,14 @@ def _as_routes(value: object, field: str) -> Array:
 
 
 def _is_sequence(value: object) -> bool:
-    return not (
-        isinstance(value, (str, bytes, bytearray, memoryview))
-        or not (isinstance(value, np.ndarray) or is_sequence(value))
-        or (isinstance(value, np.ndarray) and value.ndim == 0)
-    )
+    """Whether ``value`` is a sequence of items: a ``Sequence`` other than text or bytes, or a NumPy array or torch
+    tensor with an axis to iterate (a 0-d one is a single value: ``len`` and iteration raise ``TypeError``)."""
+    if isinstance(value, np.ndarray):
+        return value.ndim > 0
+    if is_tensor(value):
+        ndim: int = value.ndim  # type: ignore[attr-defined]  # a torch.Tensor (torch is not imported here)
+        return ndim > 0
+    return is_sequence(value) and not isinstance(value, (str, bytes, bytearray, memoryview))
 
 
 def _uniform(
@@ -139,8 +143,8 @@ def _uniform(
     """``samples`` converted one by one, all with the trailing shape of the first (a batch shares it)."""
     if not _is_sequence(samples):
         raise _fail(field, what, type(samples).__name__)
-    assert isinstance(samples, np.ndarray) or is_sequence(samples)
-    arrays = [convert(sample, f"{field}[{i}]") for i, sample in enumerate(samples)]
+    items: Any = samples  # a Sequence, an array or a tensor with an axis: each iterates over its items
+    arrays = [convert(sample, f"{field}[{i}]") for i, sample in enumerate(items)]
     for i, arr in enumerate(arrays[1:], start=1):
         if arr.shape[1:] != arrays[0].shape[1:]:
             raise _fail(f"{field}[{i}].shape", expected_shape(arrays[0]), f"{list(arr.shape)}")
@@ -191,7 +195,30 @@ def _check_filler(top_k: int, dtype: np.dtype[Any], n_experts: int | None, field
 
 
 def _where(field: str, index: Sequence[int]) -> str:
-    return f"{field}[row {index[0]}, layer {index[1]}, slot {index[2]}]"
+    """The name of an element (``index`` of 3) or a layer row (``index`` of 2) of routes: ``field[row r, layer l,
+    slot s]``. :func:`_in_result` reads it back."""
+    slot = f", slot {index[2]}" if len(index) > 2 else ""
+    return f"{field}[row {index[0]}, layer {index[1]}{slot}]"
+
+
+_ROUTES_ELEMENT: Final = re.compile(r"routes\[row (\d+), layer (\d+)(, slot \d+)?\]")
+
+
+def _in_result(error: R3WireError, picked: Sequence[int] | None) -> R3WireError:
+    """``error`` about an element of the routes :meth:`RouteTrace.add_result` passed on (``routes[row r, layer l,
+    ...]``, named by :func:`_where`) renamed to the element of ``result.routes`` the caller can look up: layer
+    ``picked[l]`` when layers were selected. Any other error is returned as it is."""
+    field = error.field
+    found = None if field is None else _ROUTES_ELEMENT.fullmatch(field)
+    if found is None:
+        return error
+    assert field is not None
+    row, layer, slot = found.groups()
+    original = int(layer) if picked is None else picked[int(layer)]
+    located = f"result.routes[row {row}, layer {original}{slot or ''}]"
+    message = str(error)
+    message = located + message[len(field) :] if message.startswith(field) else f"{located}: {message}"
+    return type(error)(message, field=located, expected=error.expected, got=error.got)
 
 
 def _check_range(arr: Array, limit: int, field: str, *, expected: str, rows: Array | None = None) -> None:
@@ -381,11 +408,9 @@ def _replayed(value: object, rows: Sequence[int]) -> list[Array | None]:
     """Each sample's row mask (``True`` = replay), or ``None`` where every row is replayed."""
     if value is None:
         return [None] * len(rows)
-    if isinstance(value, (str, bytes)) or not (
-        (isinstance(value, np.ndarray) or is_sequence(value)) or is_tensor(value)
-    ):
+    if not _is_sequence(value):
         raise _fail("replayed", "a sequence of per-sample row masks (bool arrays, or None)", type(value).__name__)
-    items = copy_list(value, most=len(rows) + 1)  # type: ignore[arg-type]  # a sequence or a tensor, checked above
+    items = copy_list(value, most=len(rows) + 1)  # type: ignore[arg-type]  # a sequence, an array or a tensor
     if len(items) != len(rows):
         raise _fail("replayed", f"{len(rows)} row masks (one per sample)", _got(items, value, len(rows)))
     return [
@@ -1194,11 +1219,15 @@ def _differs(a: Array, b: Array) -> bool:
     return bool(np.count_nonzero(a != b))
 
 
-def _select_layers(routes: Array, layers: slice | Sequence[int] | None) -> Array:
-    """``routes[:, layers]``, with ``layers`` checked: a slice, or distinct in-range indexes; one layer at least."""
+def _layer_picks(n_layers: int, layers: object) -> list[int] | None:
+    """The layer indexes ``layers`` selects from ``n_layers``, checked (a slice, or distinct in-range indexes; one
+    layer at least); ``None`` when it selects every layer in order. Reads at most ``n_layers`` indexes.
+
+    Raises:
+        R3WireError: ``layers`` is none of those (``layers`` or ``layers[i]`` named).
+    """
     if layers is None:
-        return routes
-    n_layers = routes.shape[1]
+        return None
     if isinstance(layers, slice):
         try:
             chosen = range(n_layers)[layers]
@@ -1206,12 +1235,16 @@ def _select_layers(routes: Array, layers: slice | Sequence[int] | None) -> Array
             raise _fail("layers", "a slice of layer indexes or a sequence of them", f"{layers!r} ({exc})") from None
         picked = list(chosen)
     else:
-        if isinstance(layers, (str, bytes)) or not instance_of(layers, (Sequence, np.ndarray)):
+        # A tensor's items are 0-d tensors, not integers: its values are read as NumPy's.
+        items = _from_caller(layers, "layers") if is_tensor(layers) and layers.ndim else layers  # type: ignore[attr-defined]
+        if not _is_sequence(items):
             raise _fail("layers", "None, a slice or a sequence of layer indexes", describe(layers))
-        if len(layers) > n_layers:
-            raise _fail("layers", f"at most {n_layers} distinct layer indexes", f"{len(layers)} indexes")
+        assert isinstance(items, (Sequence, np.ndarray))  # a tensor was converted above
+        items = copy_list(items, most=n_layers + 1)  # read once, never sized by a caller's __len__
+        if len(items) > n_layers:
+            raise _fail("layers", f"at most {n_layers} distinct layer indexes", f"more than {n_layers} indexes")
         picked = []
-        for i, index in enumerate(layers):
+        for i, index in enumerate(items):
             if not is_int(index) or not 0 <= int(index) < n_layers:
                 raise _fail(f"layers[{i}]", f"a layer index in 0 .. {n_layers - 1}", describe(index))
             picked.append(int(index))
@@ -1219,41 +1252,71 @@ def _select_layers(routes: Array, layers: slice | Sequence[int] | None) -> Array
             raise _fail("layers", "distinct layer indexes", str(picked)[:80])
     if not picked:
         raise _fail("layers", f"a selection of at least one of the {n_layers} layers", f"{layers!r}"[:80])
-    return routes[:, picked] if picked != list(range(n_layers)) else routes
+    return None if picked == list(range(n_layers)) else picked
 
 
-def _result_tokens(result: ReadResult, token_ids: object, limit: int | None) -> Array:
-    """A read response's call tokens: the response's own, or the given ones checked against what it carries."""
+def _result_tokens(result: ReadResult, token_ids: object, limit: int) -> Array:
+    """A read response's call tokens: the response's own, or the given ones checked against every id it carries
+    (the prompt's at the start, the completion's at the end; both: exactly their concatenation).
+
+    Sizes before contents: the response's ids are joined, and the given ones read, only when their count is
+    within ``limit``.
+    """
+    from r3wire.formats._common import int64_ids  # noqa: PLC0415  # see add_result
+
+    prompt, completion = result.prompt_token_ids, result.token_ids
+    n_prompt = 0 if prompt is None else prompt.shape[0]
     if token_ids is None:
-        try:
-            return result.call_token_ids()
-        except R3WireError as exc:  # the response lacks prompt_token_ids or token_ids: the caller must give them
+        if prompt is None or completion is None:  # the caller must give them
             raise _fail(
                 "token_ids",
                 "the call's token ids, prompt then completion: carried by the response (vLLM return_token_ids, "
                 "SGLang return_prompt_token_ids) or passed as token_ids=",
-                f"a response without {exc.field}",
-            ) from None
+                f"a response without {'prompt_token_ids' if prompt is None else 'token_ids'}",
+            )
+        count = n_prompt + completion.shape[0]
+        if count > limit:
+            raise _fail(
+                "token_ids",
+                f"at most max_elements={limit} token ids",
+                f"{count} (result.prompt_token_ids + result.token_ids)",
+            )
+        # result.call_token_ids(), with its errors named as every other one here: result.<field>.
+        joined: Array = np.concatenate(
+            (int64_ids(prompt, "result.prompt_token_ids"), int64_ids(completion, "result.token_ids"))
+        )
+        return joined
     tokens = _as_tokens(token_ids, "token_ids", limit=limit)
-    if result.token_ids is None:
-        return tokens  # nothing in the response to check them against
-    if result.prompt_token_ids is not None:
-        own = result.call_token_ids()
-        expected = "the response's own prompt_token_ids + token_ids"
-        at = _first_difference(own, tokens)
+    count = tokens.shape[0]
+    # The response's ids are read only as far as the given ones reach (a part may be longer: a refused call).
+    if prompt is not None:
+        prompt = int64_ids(prompt[:count], "result.prompt_token_ids")
+        at = _first_difference(prompt, tokens)
         if at is not None:
-            raise _fail(f"token_ids[{at}]", f"{int(own[at])} ({expected})", int(tokens[at]))
-        if own.shape[0] != tokens.shape[0]:
-            raise _fail("token_ids", f"{own.shape[0]} token ids ({expected})", f"{tokens.shape[0]} token ids")
+            raise _fail(
+                f"token_ids[{at}]",
+                f"{int(prompt[at])}, the response's prompt token {at} (token_ids must start with "
+                "result.prompt_token_ids)",
+                int(tokens[at]),
+            )
+        if count < n_prompt:
+            raise _fail(
+                "token_ids",
+                f"the call's whole sequence, starting with the response's {n_prompt} prompt token ids",
+                f"{count} token ids",
+            )
+    if completion is None:
         return tokens
-    completion = result.token_ids  # the body carries only these: the given sequence must end with them
-    first = tokens.shape[0] - completion.shape[0]
+    n_completion = completion.shape[0]
+    # Where the completion's ids go: right after the prompt's when the response carries both, else at the end.
+    first = count - n_completion if prompt is None else n_prompt
     if first < 0:
         raise _fail(
             "token_ids",
-            f"the call's whole sequence, ending with the response's {completion.shape[0]} completion token ids",
-            f"{tokens.shape[0]} token ids",
+            f"the call's whole sequence, ending with the response's {n_completion} completion token ids",
+            f"{count} token ids",
         )
+    completion = int64_ids(completion[: count - first], "result.token_ids")
     at = _first_difference(completion, tokens[first:])
     if at is not None:
         raise _fail(
@@ -1261,13 +1324,20 @@ def _result_tokens(result: ReadResult, token_ids: object, limit: int | None) -> 
             f"{int(completion[at])}, the response's completion token {at} (token_ids must end with result.token_ids)",
             int(tokens[first + at]),
         )
+    if count != first + n_completion:
+        both = first + n_completion
+        raise _fail(
+            "token_ids",
+            f"{both} token ids (the response's own prompt_token_ids + token_ids)",
+            f"{count} token ids",
+        )
     return tokens
 
 
 def _replayed_rows(routes: Array, mask: object, missing_id: int) -> Array | None:
     """The rows to replay: ``mask`` (None: all), less the rows that are ``missing_id`` throughout; a row that is
     ``missing_id`` in some replayed slots only raises."""
-    keep = None if mask is None else _row_mask(mask, routes.shape[0], "result.mask")
+    keep = None if mask is None else _row_mask(mask, routes.shape[0], "result.mask")  # checked by ReadResult
     if routes.dtype.kind != "i" or not routes.size:
         return keep
     missing = (routes == missing_id).reshape(routes.shape[0], -1)
@@ -1282,7 +1352,7 @@ def _replayed_rows(routes: Array, mask: object, missing_id: int) -> Array | None
         row = int(np.argmax(partial))
         layer, slot = divmod(int(np.argmax(missing[row])), routes.shape[2])
         raise _fail(
-            f"result.routes[row {row}, layer {layer}, slot {slot}]",
+            _where("routes", (row, layer, slot)),
             "an expert id, or -1 in every slot of every layer of the row (a row is replayed whole or not at all; "
             "select the layers to replay with layers=, e.g. to drop dense layers written as -1)",
             missing_id,
@@ -1641,22 +1711,29 @@ class RouteTrace:
           three dense layers a DeepSeek-V3 payload may carry as -1 rows);
         - where they start: ``result.start`` (prime-rl's sidecar), else ``start`` (rows that cover every token of
           the call, a prefill node's, need ``start=0``), else from the end as :meth:`add` places them;
-        - the call's tokens: ``result.call_token_ids()``. Where the body lacks the prompt's ids, ``token_ids``
-          gives the call's whole sequence, which must end with the completion ids the body carries
-          (``result.token_ids``); where the body carries both, ``token_ids`` must equal them;
+        - the call's tokens: ``result.call_token_ids()``. Where the body lacks the prompt's or the completion's
+          ids, ``token_ids`` gives the call's whole sequence, checked against every id the body carries: it must
+          start with ``result.prompt_token_ids``, end with ``result.token_ids``, and where the body carries both,
+          equal them joined;
         - the rows replayed: ``result.mask``, less every row that holds -1
           (:data:`~r3wire.formats.MISSING_ROUTE`, NeMo-RL's and SGLang's "no expert recorded") in every slot of
           every layer. A row with -1 in some slots only cannot be replayed as a row and is refused;
         - the expert count: ``result.num_experts`` (r3wire envelopes record it) must be this trace's.
 
-        Tokens are always verified, so the trace must be one whose calls all give token ids.
+        Tokens are always verified, so the trace must be one whose calls all give token ids. Sizes come before
+        contents: the selected routes (rows x layers x top_k) and the call's token count are held to the trace's
+        ``max_elements`` before any id is read, selected or joined. An error about an element of the routes names
+        it in ``result.routes`` (``result.routes[row r, layer l, slot s]``, ``l`` counted in ``result.routes``
+        whatever ``layers`` selects).
 
         Raises:
             R3WireError: ``result`` is not a ``ReadResult``; the call's tokens are neither in the response nor
-                given, or the given ones disagree with the response's (the first differing position named);
-                ``start`` differs from ``result.start``; ``layers`` is not a slice or a sequence of distinct layer
-                indexes selecting at least one layer; a row is partly -1 (row, layer and slot named); the expert
-                counts differ; or anything :meth:`add` raises. The trace is unchanged when this is raised.
+                given, or the given ones disagree with the response's prompt or completion ids (the first
+                differing position and both tokens named); ``start`` is not an integer in ``0 .. 2**63-1`` or
+                differs from ``result.start``; ``layers`` is not a slice or a sequence (list, 1-d array or tensor)
+                of distinct layer indexes selecting at least one layer; the selected routes or the call's tokens
+                exceed ``max_elements``; a row is partly -1 (row, layer and slot named); the expert counts differ;
+                or anything :meth:`add` raises. The trace is unchanged when this is raised.
         """
         # Imported here: ``import r3wire`` does not import the formats package, and batching must not make it.
         from r3wire.formats._common import MISSING_ROUTE, ReadResult  # noqa: PLC0415
@@ -1669,18 +1746,33 @@ class RouteTrace:
                 f"{self._num_experts}, this trace's num_experts (the payload was written for another model)",
                 result.num_experts,
             )
-        if result.start is not None and start is not None and start != result.start:
-            raise _fail("start", f"None or {result.start} (the response's own start, result.start)", describe(start))
-        routes = _select_layers(_as_routes(result.routes, "result.routes"), layers)
+        if start is not None:
+            start = check_int(start, "start", minimum=0, maximum=MAX_DIM, error=R3WireError)
+            if result.start is not None and start != result.start:
+                raise _fail("start", f"None or {result.start} (the response's own start, result.start)", start)
+        n_rows, n_layers, top_k = result.routes.shape  # a 3-d integer array: checked by ReadResult
+        picked = _layer_picks(n_layers, layers)
+        # Sizes before contents: the call's ids and tokens are held to this trace's bound before any is read,
+        # selected, joined or compared (a result may be a broadcast view declaring any size).
+        selected = (n_rows, n_layers if picked is None else len(picked), top_k)
+        where = "result.routes" if picked is None else "result.routes[:, layers]"
+        check_element_count(selected, self._max_elements, where, error=R3WireError)
+        routes = _as_routes(result.routes, "result.routes")
+        if picked is not None:
+            routes = routes[:, picked]
         tokens = _result_tokens(result, token_ids, self._max_elements)
-        keep = _replayed_rows(routes, result.mask, MISSING_ROUTE)
-        self.add(
-            routes,
-            start=result.start if result.start is not None else start,
-            token_ids=tokens,
-            on_conflict=on_conflict,
-            replayed=keep,
-        )
+        try:
+            keep = _replayed_rows(routes, result.mask, MISSING_ROUTE)
+            self.add(
+                routes,
+                start=result.start if result.start is not None else start,
+                token_ids=tokens,
+                on_conflict=on_conflict,
+                replayed=keep,
+            )
+        except R3WireError as exc:
+            # One place names the routes' elements in result.routes, whatever layers were selected.
+            raise _in_result(exc, picked) from None
 
     def _end_aligned(self, routes: object, token_ids: object) -> tuple[Array, Array, int]:
         """The routes and tokens of a call given without ``start``, and the start their ends imply.
@@ -1945,7 +2037,7 @@ def _check_overlap(recorded: Array, new: Array, begin: int, compared: Array | No
     if differs.any():
         row, layer, _ = (int(i) for i in np.argwhere(differs)[0])
         raise _fail(
-            f"routes[row {row}, layer {layer}]",
+            _where("routes", (row, layer)),
             f"{describe(recorded[row, layer].tolist())}, the ids already recorded for trajectory row "
             f"{begin + row} (a call's overlap with earlier calls must agree, or pass on_conflict)",
             describe(new[row, layer].tolist()),

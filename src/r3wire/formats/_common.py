@@ -17,9 +17,10 @@ from r3wire._arraylike import as_numpy
 from r3wire._base64 import b64decode_strict, b64encode_text
 from r3wire._envelope import to_wire_bytes
 from r3wire._routecheck import first_index
-from r3wire._validate import byte_text, check_element_count, load_json
+from r3wire._validate import MAX_DIM, byte_text, check_element_count, check_int, load_json
+from r3wire.bitpack import MAX_BITS
 from r3wire.errors import DecodeError, EncodeError, R3WireError
-from r3wire.schema import WIRE_DTYPES
+from r3wire.schema import MAX_NUM_EXPERTS, WIRE_DTYPES
 
 __all__ = [
     "MISSING_ROUTE",
@@ -34,6 +35,7 @@ __all__ = [
     "choose_dtype",
     "decode_b64_array",
     "first_index",
+    "int64_ids",
     "load_json",
     "mapping_get",
     "prepared_routes",
@@ -77,6 +79,19 @@ class ReadResult:
         parts: ``path`` as its keys and indexes (``("choices", 1, "routed_experts")``), so a caller pairs the
             result with its choice without parsing the path (choices whose routes are ``null`` have no result);
             ``()`` from :func:`~r3wire.formats.read`.
+
+    The readers build it; a caller may too (for an engine r3wire does not read), and every field is checked at
+    construction, by type and shape only (no id is read), so a result that exists is one every method and
+    :meth:`r3wire.RouteTrace.add_result` can take: NumPy integers given for the integer fields are stored as
+    ``int``.
+
+    Raises:
+        R3WireError: (constructing one) a field of another type, shape or range than described above, named
+            ``ReadResult.<field>``: ``routes`` not a 3-d integer NumPy array; ``mask`` not a bool ``[rows]`` array;
+            ``token_ids`` / ``prompt_token_ids`` not 1-d integer arrays;
+            ``logprobs`` not a 1-d float array; ``start`` / ``total_tokens`` not integers in ``0 .. 2**63-1``,
+            ``num_experts`` not in ``1 .. 2**31``, ``bits`` not in ``1 .. 31``, ``num_clamped`` not in
+            ``0 .. len(logprobs)``; ``format`` not a str, ``path`` not None or a str, ``parts`` not a tuple.
     """
 
     routes: np.ndarray[Any, Any]
@@ -93,6 +108,38 @@ class ReadResult:
     num_clamped: int = 0
     parts: tuple[object, ...] = ()
 
+    def __post_init__(self) -> None:
+        # Type and shape checks only, a few attribute reads each: the readers build one per routes field (and
+        # read_response a second through dataclasses.replace), so no value is read here.
+        routes = _field_array(self.routes, "routes", "a 3-d integer NumPy array [rows, layers, top_k]")
+        if routes.dtype.kind not in "iu" or routes.ndim != ROUTES_NDIM:
+            raise _field_error("routes", "a 3-d integer NumPy array [rows, layers, top_k]", routes)
+        if self.mask is not None:
+            rows = routes.shape[0]
+            expected = f"None or a bool NumPy array of shape [{rows}] (one per row of routes)"
+            mask = _field_array(self.mask, "mask", expected)
+            if mask.dtype != np.bool_ or mask.shape != (rows,):
+                raise _field_error("mask", expected, mask)
+        for name in ("token_ids", "prompt_token_ids"):
+            _check_token_array(getattr(self, name), name)
+        if self.logprobs is not None:
+            logprobs = _field_array(self.logprobs, "logprobs", "None or a 1-d float NumPy array")
+            if logprobs.dtype.kind != "f" or logprobs.ndim != 1:
+                raise _field_error("logprobs", "None or a 1-d float NumPy array", logprobs)
+        _set_int(self, "start", 0, MAX_DIM)
+        _set_int(self, "total_tokens", 0, MAX_DIM)
+        _set_int(self, "bits", 1, MAX_BITS)
+        _set_int(self, "num_experts", 1, MAX_NUM_EXPERTS)
+        if self.num_clamped is None:
+            raise R3WireError.make("ReadResult.num_clamped", "an integer (0 without logprobs)", None)
+        _set_int(self, "num_clamped", 0, 0 if self.logprobs is None else self.logprobs.shape[0])
+        if not isinstance(self.format, str):
+            raise R3WireError.make("ReadResult.format", "a format name (str)", self.format)
+        if self.path is not None and not isinstance(self.path, str):
+            raise R3WireError.make("ReadResult.path", "None or a JSONPath (str)", self.path)
+        if not isinstance(self.parts, tuple):
+            raise R3WireError.make("ReadResult.parts", "a tuple of keys and indexes", self.parts)
+
     def call_token_ids(self) -> np.ndarray[Any, Any]:
         """The engine call's whole token sequence, ``prompt_token_ids`` then ``token_ids``, as a new 1-d int64
         array: what :meth:`r3wire.RouteTrace.add` takes as ``token_ids`` for these routes, whose rows end at the
@@ -101,7 +148,7 @@ class ReadResult:
         Raises:
             R3WireError: the response carried no prompt token ids, or no completion token ids, beside the routes
                 (field ``prompt_token_ids`` or ``token_ids``; ask the engine for them, or join the caller's own
-                prompt ids with ``token_ids``).
+                prompt ids with ``token_ids``), or a hand-built uint64 array holds an id past int64.
         """
         where = f" beside the routes at {self.path}" if self.path is not None else ""
         if self.prompt_token_ids is None:
@@ -119,14 +166,19 @@ class ReadResult:
                 "a response without them",
                 raw=True,
             )
-        call: np.ndarray[Any, Any] = np.concatenate((self.prompt_token_ids, self.token_ids)).astype(
-            np.int64, copy=False
-        )
+        prompt = int64_ids(self.prompt_token_ids, "ReadResult.prompt_token_ids")
+        completion = int64_ids(self.token_ids, "ReadResult.token_ids")
+        call: np.ndarray[Any, Any] = np.concatenate((prompt, completion))
         return call
 
     def route_mask(self) -> np.ndarray[Any, Any]:
         """A bool ``[rows, layers, top_k]`` array, true where ``routes`` holds a replayable expert id: false in
-        rows ``mask`` marks as not replayed and wherever the id is :data:`MISSING_ROUTE` (-1)."""
+        rows ``mask`` marks as not replayed and wherever the id is :data:`MISSING_ROUTE` (-1).
+
+        Raises:
+            R3WireError: never for a constructed result: a ``mask`` that does not fit ``routes`` is refused by
+                the constructor (``ReadResult.mask``).
+        """
         present: np.ndarray[Any, Any]
         if self.routes.dtype.kind == "i":
             present = self.routes != MISSING_ROUTE
@@ -135,6 +187,58 @@ class ReadResult:
         if self.mask is not None:
             present &= self.mask[:, None, None]
         return present
+
+
+def _field_error(name: str, expected: str, value: object) -> R3WireError:
+    if isinstance(value, np.ndarray):
+        got = f"a NumPy {value.dtype} array of shape {list(value.shape)}"
+    else:
+        got = type(value).__name__
+    return R3WireError.make(f"ReadResult.{name}", expected, got, raw=True)
+
+
+def _field_array(value: object, name: str, expected: str) -> np.ndarray[Any, Any]:
+    """``value`` if it is a NumPy array without a mask (a masked array's hidden values would be read as ids)."""
+    if not isinstance(value, np.ndarray) or isinstance(value, np.ma.MaskedArray):
+        raise _field_error(name, expected, value)
+    return value
+
+
+_INT64_MAX: Final = (1 << 63) - 1
+
+
+def _check_token_array(value: object, name: str) -> None:
+    if value is None:
+        return
+    expected = "None or a 1-d integer NumPy array of token ids"
+    tokens = _field_array(value, name, expected)
+    if tokens.dtype.kind not in "iu" or tokens.ndim != 1:
+        raise _field_error(name, expected, tokens)
+
+
+def int64_ids(ids: np.ndarray[Any, Any], field: str) -> np.ndarray[Any, Any]:
+    """A ``ReadResult``'s integer token ids as int64, unchanged in value (no copy when they are int64 already).
+
+    Only a hand-built uint64 array can hold an id int64 does not (the readers give int64): it is refused, never
+    wrapped, and only here, where the ids are read (the constructor reads no value).
+
+    Raises:
+        R3WireError: an id past ``2**63 - 1``, its position named.
+    """
+    if ids.dtype == np.uint64 and ids.size and int(ids.max()) > _INT64_MAX:
+        position = int(np.argmax(ids > _INT64_MAX))
+        raise R3WireError.make(f"{field}[{position}]", f"a token id <= {_INT64_MAX}", int(ids[position]))
+    converted: np.ndarray[Any, Any] = ids.astype(np.int64, copy=False)
+    return converted
+
+
+def _set_int(result: ReadResult, name: str, minimum: int, maximum: int) -> None:
+    """Check the optional integer field ``name``; a NumPy integer is stored as the ``int`` it holds."""
+    value = getattr(result, name)
+    if value is None or (type(value) is int and minimum <= value <= maximum):
+        return
+    number = check_int(value, f"ReadResult.{name}", minimum=minimum, maximum=maximum, error=R3WireError)
+    object.__setattr__(result, name, number)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
