@@ -149,6 +149,7 @@ _INERT_TYPES: Final = frozenset({str, int, bool, type(None)})
 # body, and a value the walk must see sends only its own piece through the walk): see _Writer._as_is.
 _PROBE_MIN: Final = 64
 _PROBE_STEP: Final = 512
+_PROBE_SLACK: Final = 1 << 20
 _NUMBER_TYPES: Final = frozenset({int, float, bool})
 
 
@@ -222,9 +223,41 @@ def _json_name(value: object) -> str | None:
     return plain if isinstance(plain, str) else None
 
 
-def _refuse(value: object) -> None:
-    """orjson's ``default`` for a value it cannot write: refused (see _Writer._as_is)."""
-    raise TypeError(type(value).__name__)
+def _null(value: object) -> None:
+    """orjson's ``default`` in a probe: a value it cannot write is written as ``null``, which fails the probe."""
+
+
+class _Probes:
+    """orjson writing pieces of long lists before the walk would (see _Writer._as_is and _Reader._unseen), within
+    a budget: the text of pieces that then had to be walked anyway is at most 1 MiB more than the text of pieces
+    that spared a walk. A nested long list is written again at each level that holds it, so without the budget a
+    deep chain of them cost depth times size; with it, a document that defeats the probes soon stops paying
+    for them and is walked as it would have been."""
+
+    __slots__ = ("option", "saved", "spent")
+
+    def __init__(self, option: int) -> None:
+        self.option = option
+        self.saved = 0
+        self.spent = 0
+
+    def text(self, piece: Sequence[Any]) -> bytes | None:
+        """``piece`` as orjson writes it (anything it cannot write as ``null``), or None: over budget, or refused
+        (a string that is not UTF-8, an integer beyond 64 bits, a non-string key...; the walk reports it)."""
+        if self.spent > _PROBE_SLACK + self.saved:
+            return None
+        try:
+            return orjson.dumps(piece, default=_null, option=self.option)
+        except Exception:  # whatever orjson or a caller's object raises: the walk meets it and reports it
+            self.spent = _PROBE_SLACK + self.saved + 1  # how much was written before is unknown: stop probing
+            return None
+
+    def settled(self, text: bytes, walked: bool) -> None:
+        """Count a written piece: walked anyway, or spared its walk."""
+        if walked:
+            self.spent += len(text)
+        else:
+            self.saved += len(text)
 
 
 def _inert(items: Sequence[Any]) -> bool:
@@ -378,7 +411,7 @@ class _Writer:
         "option",
         "pack_bits",
         "path",
-        "probe_option",
+        "probes",
         "routes_keys",
         "splice",
     )
@@ -403,8 +436,11 @@ class _Writer:
         self.option = option or 0
         # The options that decide what orjson refuses or how it writes a value's text, for _as_is; with
         # OPT_SERIALIZE_NUMPY it would write the arrays and scalars the walk must see.
-        self.probe_option = self.option & ~(
-            orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE
+        # Dataclasses go to the default too: the walk writes one as the dict of its members, which OPT_SORT_KEYS
+        # then sorts where orjson would not.
+        self.probes = _Probes(
+            (self.option | orjson.OPT_PASSTHROUGH_DATACLASS)
+            & ~(orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
         )
         self.non_str_keys = bool(self.option & orjson.OPT_NON_STR_KEYS)  # checked per dict: a bool, not a mask
         # A placeholder must not occur anywhere else in the output; a random nonce per call makes that
@@ -556,16 +592,18 @@ class _Writer:
         """True if the walk would neither change nor refuse anything in ``piece``, proved by orjson writing it.
 
         Walking a long list of small objects (a chat completion's ``logprobs.content``) in Python cost about ten
-        times orjson's own writing of it, so orjson writes it once first: arrays, NumPy scalars and everything
-        else it cannot write go to a ``default`` that refuses them, a NaN or infinity is written as ``null``
-        (found with every ``None``, a cheap superset), and an object naming an r3wire schema spells it. A piece
-        with none of these is written exactly as it is; any other piece is walked as before.
+        times orjson's own writing of it, so orjson writes it once first: arrays, NumPy scalars, dataclasses
+        (which the walk writes as dicts) and everything else it cannot write go to a ``default`` that writes
+        ``null``; a NaN or infinity is written as ``null`` (found with every ``None``, a cheap superset); and an
+        object naming an r3wire schema spells it. A piece with none of these is written exactly as it is; any
+        other piece is walked as before.
         """
-        try:
-            text = orjson.dumps(piece, default=_refuse, option=self.probe_option)
-        except Exception:  # whatever orjson or a caller's object raises, the walk meets it and reports it
+        text = self.probes.text(piece)
+        if text is None:
             return False
-        return b"null" not in text and b'"r3wire.' not in text
+        walk = b"null" in text or b'"r3wire.' in text
+        self.probes.settled(text, walk)
+        return not walk
 
     def _items(self, items: Sequence[Any], start: int, stop: int, out: list[Any] | None) -> list[Any] | None:
         """Walk ``items[start:stop]``; ``out`` is the copy made at the first changed item (None until then)."""
@@ -986,7 +1024,7 @@ def _dumps_located(prepared: Any, option: int | None, put_back: Callable[[bytes]
                         _path(strict[0]), "an integer in -(2**53-1) .. 2**53-1 (orjson.OPT_STRICT_INTEGER)", strict[1]
                     ) from exc
             elif put_back is None and first_leaf(prepared, _beyond_64_bits) is not None:
-                spelled, spell_back = _spell_big_ints(prepared)
+                spelled, spell_back = _spell_big_ints(prepared, option)
                 return _dumps_located(spelled, option, spell_back)
         _, named, type_name = reason.partition("Type is not JSON serializable: ")
         odd = first_leaf(prepared, lambda leaf: type(leaf).__name__ == type_name) if named else None
@@ -1004,10 +1042,12 @@ def _beyond_53_bits(leaf: object) -> bool:
     return isinstance(leaf, int) and not isinstance(leaf, bool) and not -(2**53) < leaf < 2**53
 
 
-def _spell_big_ints(prepared: Any) -> tuple[Any, Callable[[bytes], bytes]]:
+def _spell_big_ints(prepared: Any, option: int | None) -> tuple[Any, Callable[[bytes], bytes]]:
     """``prepared`` with every integer beyond 64 bits (which orjson refuses to write) replaced by a placeholder
     string, and what turns the placeholders of the written text into the integers' exact digits, as
-    :func:`loads` reads them. A container holding one is copied once, however often it is referenced.
+    :func:`loads` reads them. What orjson writes as a container (a dict or list, a subclass too unless
+    ``OPT_PASSTHROUGH_SUBCLASS``, a tuple) is copied once, however often it is referenced; anything else is left
+    as it is, for orjson to write or refuse as it would have.
 
     Raises:
         EncodeError: an integer has more than 4300 digits (what every r3wire reader refuses; fewer when the
@@ -1020,15 +1060,21 @@ def _spell_big_ints(prepared: Any) -> tuple[Any, Callable[[bytes], bytes]]:
     # Iterative, children before parents: the walk that made ``prepared`` allows any depth orjson writes.
     order: list[Any] = []
     stack = [prepared]
+    subclasses = not (option and option & orjson.OPT_PASSTHROUGH_SUBCLASS)
+
+    def container(value: Any) -> bool:
+        cls = type(value)
+        return cls is dict or cls is list or cls is tuple or (subclasses and isinstance(value, (dict, list)))
+
     while stack:
         node = stack.pop()
-        if isinstance(node, (dict, list, tuple)) and id(node) not in copies:
+        if container(node) and id(node) not in copies:
             copies[id(node)] = None
             order.append(node)
             stack.extend(dict.values(node) if isinstance(node, dict) else copy_list(node))
 
     def spelled(value: Any) -> Any:
-        if isinstance(value, (dict, list, tuple)):
+        if container(value):
             return copies[id(value)]
         if not _beyond_64_bits(value):
             return value
@@ -1099,7 +1145,7 @@ def _locate(root: object, target: object) -> list[object] | None:
 class _Reader:
     """Finds the envelopes in a parsed document and decodes them in place."""
 
-    __slots__ = ("blobs", "max_elements", "names", "num_experts", "raw", "root", "used")
+    __slots__ = ("blobs", "max_elements", "names", "num_experts", "probes", "raw", "root", "used")
 
     def __init__(
         self,
@@ -1117,6 +1163,7 @@ class _Reader:
         self.max_elements = max_elements
         self.used = 0  # cut blobs put back or decoded: every one must be, or the cut was not what it seemed
         self.names = 0  # member names of objects that an envelope may also have (see _check_duplicates)
+        self.probes = _Probes(0)
 
     def run(self, text: bytes | bytearray | memoryview | str) -> Any:
         """The document with every envelope decoded; ``text`` is what was parsed, for the duplicate check.
@@ -1215,13 +1262,14 @@ class _Reader:
         spans: list[tuple[int, int]] = []
         for start in range(0, len(items), _PROBE_STEP):
             stop = min(start + _PROBE_STEP, len(items))
-            try:
-                text = orjson.dumps(items[start:stop], default=_refuse)
-            except Exception:  # not JSON orjson writes (a document built in process): visited as before
-                text = None
-            if text is None or b'"r3wire' in text:
+            text = self.probes.text(items[start:stop])
+            visit = text is None or b'"r3wire' in text
+            if text is not None:
+                self.probes.settled(text, visit)
+            if visit:
                 spans.append((start, stop))
             else:
+                assert text is not None
                 self.names += _count(text, _NAME_KEY_PLAIN_RE, _NAME_KEY_PLAIN_TEXT_RE)
         return spans
 
@@ -1277,7 +1325,9 @@ _ANY_KEY_RE: Final = re.compile(rb'[{,\s]"((?:[^"\\]|\\.)*)"\s*:')
 _ANY_KEY_TEXT_RE: Final = re.compile(_ANY_KEY_RE.pattern.decode())
 _NAME_RE: Final = re.compile(rb'"(?:data|shape|dtype|schema|version|num_experts|bits)"')
 # Such a name as a key in text orjson wrote (compact, every key spelled plainly).
-_NAME_KEY_PLAIN_RE: Final = re.compile(_NAME_RE.pattern + b":")
+# Such a name as a whole key in text orjson wrote (compact: a key follows "{" or ","; a quote inside a string is
+# escaped, so a key ending in '"data' is never counted).
+_NAME_KEY_PLAIN_RE: Final = re.compile(b"[{,]" + _NAME_RE.pattern + b":")
 _NAME_KEY_PLAIN_TEXT_RE: Final = re.compile(_NAME_KEY_PLAIN_RE.pattern.decode())
 _NAME_TEXT_RE: Final = re.compile(_NAME_RE.pattern.decode())
 

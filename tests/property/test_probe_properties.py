@@ -70,7 +70,19 @@ SPECIALS: list[Callable[[], Any]] = [
     lambda: "\ud800",
     lambda: b"bytes",
     lambda: {1: "non-str key"},
+    lambda: Holder("plain"),
+    lambda: {'a"data': 1, "b": 'x"shape":'},
+    lambda: _OddList([1, 2]),
+    lambda: _OddDict(a=1),
 ]
+
+
+class _OddList(list[Any]):
+    pass
+
+
+class _OddDict(dict[str, Any]):
+    pass
 
 
 def _entry(index: int) -> dict[str, Any]:
@@ -135,7 +147,16 @@ def _same_values(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-OPTIONS = st.sampled_from([None, orjson.OPT_SERIALIZE_NUMPY, orjson.OPT_NON_STR_KEYS, orjson.OPT_PASSTHROUGH_DATACLASS])
+OPTIONS = st.sampled_from(
+    [
+        None,
+        orjson.OPT_SERIALIZE_NUMPY,
+        orjson.OPT_NON_STR_KEYS,
+        orjson.OPT_PASSTHROUGH_DATACLASS,
+        orjson.OPT_SORT_KEYS,
+        orjson.OPT_PASSTHROUGH_SUBCLASS,
+    ]
+)
 
 
 @given(documents(), st.booleans(), OPTIONS)
@@ -157,7 +178,7 @@ def texts(draw: st.DrawFn) -> bytes:
     content: list[Any] = [_entry(i) for i in range(count)]
     for _ in range(draw(st.integers(0, 4))):
         at = draw(st.integers(0, count - 1))
-        kind = draw(st.sampled_from(["routes", "array", "names", "shape"]))
+        kind = draw(st.sampled_from(["routes", "array", "names", "shape", "quoted"]))
         if kind == "routes":
             content[at]["routed_experts"] = np.arange(12, dtype=np.uint8).reshape(1, 3, 4) % 7
         elif kind == "array":
@@ -165,8 +186,11 @@ def texts(draw: st.DrawFn) -> bytes:
         elif kind == "names":
             content[at]["data"] = "text"
             content[at]["version"] = 1
-        else:
+        elif kind == "shape":
             content[at]["top_logprobs"][0]["shape"] = [1, 2]
+        else:  # keys and strings that end in a member name: no member name of an object
+            content[at]['a"data'] = 'x,"dtype":'
+            content[at]["top_logprobs"][0]['"version'] = 1
     text = r3wire.dumps({"choices": [{"logprobs": {"content": content}}]})
     if draw(st.booleans()) and b'"schema":"r3wire.' in text:
         # Name a member of one envelope twice (orjson would keep the last silently).
@@ -185,3 +209,38 @@ def test_loads_gives_what_the_full_walk_gives(text: bytes) -> None:
         assert _same_values(fast[1], slow[1])
     else:
         assert fast[1] == slow[1]
+
+
+def _chain(depth: int) -> dict[str, Any]:
+    """Long lists nested ``depth`` deep with a ``null`` at the bottom: every probe of them fails."""
+    node: list[Any] = [None] * 64
+    for _ in range(depth):
+        node = ["x" * 200] * 63 + [node]
+    return {"a": node}
+
+
+def test_probes_of_nested_lists_cost_at_most_a_bounded_amount_more_than_one_writing() -> None:
+    """A long list is written by orjson again at each level of nesting that holds it: the budget stops probing a
+    document that defeats the probes, so what orjson writes stays within a few times the output, not its depth
+    times (measured in bytes written, not time)."""
+    doc = _chain(60)
+    written = [0]
+    real = orjson.dumps
+
+    def counting(*args: Any, **kwargs: Any) -> bytes:
+        text = real(*args, **kwargs)
+        written[0] += len(text)
+        return text
+
+    with mock.patch.object(orjson, "dumps", side_effect=counting):
+        out = r3wire.dumps(doc)
+        text_for_loads = orjson.dumps(doc)
+        written[0] = 0
+        r3wire.loads(text_for_loads)
+        loads_written = written[0]
+        written[0] = 0
+        r3wire.dumps(doc)
+    assert written[0] <= 3 * len(out) + (2 << 20), (written[0], len(out))
+    assert loads_written <= 2 * len(text_for_loads) + (2 << 20), (loads_written, len(out))
+    with _no_shortcut():
+        assert r3wire.dumps(doc) == out
