@@ -4,7 +4,9 @@ OverflowError from ``len()`` (review 7, finding H)."""
 
 from __future__ import annotations
 
+import itertools
 import sys
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,7 +45,11 @@ def test_copy_list_and_own_len_read_what_is_held(claimed: int) -> None:
         assert copied == [1, 2, 3]
         assert own_len(value) == 3
     assert own_len(_lying(dict, claimed)({"a": 1})) == 1
-    assert copy_list(iter(range(3))) == [0, 1, 2]
+    assert copy_list(iter(range(3)), most=None) == [0, 1, 2]
+    assert copy_list(iter(range(10)), most=4) == [0, 1, 2, 3]
+    assert copy_list(itertools.count(), most=3) == [0, 1, 2]  # an endless iterable read only as far as asked
+    with pytest.raises(TypeError, match="most="):
+        copy_list(iter(range(3)))  # type: ignore[call-overload]  # the bound is required for an iterator
 
 
 @pytest.mark.parametrize("claimed", CLAIMS)
@@ -130,3 +136,30 @@ def test_batching_reads_no_more_of_a_sequence_than_one_item_too_many() -> None:
     with pytest.raises(R3WireError) as info:
         r3wire.pad_routes([sample], side="right", token_lengths=np.array([1, 2, 3]))
     assert info.value.got == "3"
+
+
+@pytest.mark.parametrize("payload", [range(10**12), itertools.repeat(None, 10**12)])
+def test_fireworks_matrices_read_no_more_of_a_sequence_than_max_elements_allows(payload: Any) -> None:
+    # copy_list read the whole sequence before max_elements was checked: a bare MemoryError (review 8, finding B).
+    if not isinstance(payload, range):
+        payload = _Endless()
+    with pytest.raises(r3wire.DecodeError, match=r"^shape must be at most max_elements=12 elements") as caught:
+        formats.read(payload, format="fireworks-matrices", num_layers=2, top_k=3, max_elements=12)
+    assert caught.value.got == "more than 2 tokens of 2 layers x 3 top_k"
+    fitting = formats.read(range(0), format="fireworks-matrices", num_layers=2, top_k=3, max_elements=12)
+    assert fitting.routes.shape == (0, 2, 3)
+
+
+class _Endless(Sequence[Any]):
+    """A sequence of nulls without end, whose __len__ claims a plausible size."""
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            raise TypeError("no slices")
+        return None
+
+    def __iter__(self) -> Iterator[Any]:
+        return itertools.repeat(None)

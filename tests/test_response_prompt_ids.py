@@ -198,3 +198,51 @@ def test_a_bad_token_id_list_names_its_first_bad_id(ids: list[Any], index: int) 
         read_response({"choices": [{"prompt_token_ids": ids, "token_ids": [1, 2], "routed_experts": routes}]})
     assert caught.value.field == f"$.choices[0].prompt_token_ids[{index}]"
     assert caught.value.got == str(ids[index])
+
+
+@pytest.mark.parametrize("order", ["<", ">"])
+def test_a_uint64_id_past_int64_is_refused_in_either_byte_order(order: str) -> None:
+    # A big-endian '>u8' array is no np.uint64: tested by dtype identity, 2**64 - 1 was wrapped to -1 in silence.
+    result = ReadResult(
+        routes=np.zeros((3, 1, 1), np.int32),
+        mask=None,
+        token_ids=np.array([2**64 - 1], dtype=f"{order}u8"),
+        prompt_token_ids=np.array([5, 6], dtype=f"{order}u8"),
+        format="x",
+    )
+    message = r"token_ids\[0\] must be a token id <= 9223372036854775807, got 18446744073709551615$"
+    with pytest.raises(R3WireError, match=r"^ReadResult\." + message):
+        result.call_token_ids()
+    with pytest.raises(R3WireError, match=r"^result\." + message):
+        RouteTrace().add_result(result)
+
+
+@pytest.mark.parametrize("dtype", [">u8", ">i8", "<u8", "<i8"])
+def test_wide_token_ids_in_range_are_read_in_either_byte_order(dtype: str) -> None:
+    result = ReadResult(
+        routes=np.zeros((3, 1, 1), np.int32),
+        mask=None,
+        token_ids=np.array([2**63 - 1], dtype=dtype),
+        prompt_token_ids=np.array([5, 6], dtype=dtype),
+        format="x",
+    )
+    call = result.call_token_ids()
+    assert (call.dtype, call.tolist()) == (np.dtype(np.int64), [5, 6, 2**63 - 1])
+
+
+@pytest.mark.parametrize(
+    ("ids", "message"),
+    [
+        (
+            np.array([1, 2**64 - 1], ">u8"),
+            r"^output\.token_ids\[1\] must be a token id below 2\*\*63, got 18446744073709551615$",
+        ),
+        (np.array([3, -1], ">i8"), r"^output\.token_ids\[1\] must be a non-negative token id, got -1$"),
+    ],
+)
+def test_the_vllm_adapter_reads_big_endian_token_ids_by_value(ids: Any, message: str) -> None:
+    from r3wire.vllm import encode_completion  # imports no vLLM: a duck-typed completion is enough
+
+    completion = type("Completion", (), {"token_ids": ids, "logprobs": None, "routed_experts": None})()
+    with pytest.raises(r3wire.EncodeError, match=message):
+        encode_completion(completion)

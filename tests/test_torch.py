@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -349,3 +350,6 @@ def test_decode_array_tensor_refuses_dtypes_that_are_no_names(dtypes: Any) -> No
     assert decode_array_tensor(envelope, dtypes=["int32"]).tolist() == [0, 1, 2, 3]
     names = (d for d in ["int32"])  # any iterable of names works
     assert decode_array_tensor(envelope, dtypes=names).tolist() == [0, 1, 2, 3]  # type: ignore[arg-type]
+    endless = itertools.repeat("int32")  # read one name past the set, never to its end
+    with pytest.raises(R3WireError, match=r"^dtypes must be at most 9 dtype names .*, got more than 9$"):
+        decode_array_tensor(envelope, dtypes=endless)  # type: ignore[arg-type]

@@ -40,11 +40,16 @@ def _text(value: object) -> str | None:
 
 
 def _children(node: object) -> Iterator[tuple[object, object, str | None]]:
-    """Each (key or index, item, the key's string or None) of a dict, list or tuple, in document order."""
+    """Each (key or index, item, the key's string or None) of a dict, list or tuple, in document order.
+
+    A subclass is read from its storage, as orjson writes it: its own ``items()`` or ``__iter__`` may raise or
+    never end, and this runs inside dumps after orjson has refused the document."""
     if isinstance(node, dict):
-        return ((key, item, _text(key)) for key, item in node.items())
-    assert isinstance(node, (list, tuple))
-    return ((index, item, None) for index, item in enumerate(node))
+        return ((key, item, _text(key)) for key, item in dict.items(node))
+    if isinstance(node, list):
+        return ((index, item, None) for index, item in enumerate(list.__iter__(node)))
+    assert isinstance(node, tuple)
+    return ((index, item, None) for index, item in enumerate(tuple.__iter__(node)))
 
 
 def first_not_utf8(root: object) -> NotUtf8 | None:

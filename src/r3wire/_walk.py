@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Sized
-from typing import Any, Final
+from typing import Any, Final, overload
 
 from r3wire._typeset import distinct_types, is_mapping
 from r3wire.errors import DecodeError
@@ -61,6 +61,13 @@ and by :func:`r3wire.formats.read_response`, which decodes its routes sixteen ti
 walk then costs at most about 17 times what the same document as a tree would hold: bounded by what the caller
 holds, never by how often it is referenced."""
 
+
+class _Unbounded:
+    """The type of :data:`_UNBOUNDED`: ``most`` not given to :func:`copy_list`."""
+
+
+_UNBOUNDED: Final = _Unbounded()
+
 EXIT: Final = ("r3wire._walk.EXIT",)
 """The marker a walker pushes below a container's children: popping it leaves that container."""
 
@@ -72,19 +79,33 @@ def holds_any(items: Sequence[object], kinds: tuple[type, ...]) -> bool:
     return any(issubclass(cls, kinds) for cls in distinct_types(items))
 
 
-def copy_list(value: Iterable[Any], most: int | None = None) -> list[Any]:
+@overload
+def copy_list(value: list[Any] | tuple[Any, ...], *, most: int | None = None) -> list[Any]: ...
+@overload
+def copy_list(value: Iterable[Any], *, most: int | None) -> list[Any]: ...
+def copy_list(value: Iterable[Any], *, most: int | _Unbounded | None = _UNBOUNDED) -> list[Any]:
     """A new exact list of the items of ``value``: a list or tuple (a subclass too) read from its storage, as orjson
-    and NumPy read one; any other iterable (a caller's sequence, an array) by iterating it, up to ``most`` items
-    (``range(10**12)`` is a sequence too: a caller expecting n items passes ``most=n + 1``).
+    and NumPy read one; any other iterable (a caller's sequence, an array) by iterating it, up to ``most`` items.
+
+    ``most`` must be given for anything but a list or tuple (the overloads make mypy hold every caller to it):
+    ``range(10**12)`` is a sequence too, and an iterator may never end. A caller expecting at most n items passes
+    ``most=n + 1`` and refuses "more than n" when that many came back; ``most=None`` says the caller bounded the
+    input itself.
 
     Never sized by ``__len__``: ``list(value)`` preallocates what a caller's ``__len__`` says, so one that lies
     (10**12) made a bare ``MemoryError``, and one that returns a negative or huge number a ``ValueError`` or
     ``OverflowError``.
+
+    Raises:
+        TypeError: ``most`` not given for an input that is not a list or tuple (a bug in r3wire, never the
+            caller's input: mypy refuses such a call).
     """
     if isinstance(value, list):
         return list.copy(value)
     if isinstance(value, tuple):
         return list(tuple.__iter__(value))  # a tuple iterator's length hint is the tuple's own size
+    if isinstance(most, _Unbounded):
+        raise TypeError("copy_list of an iterable that is not a list or tuple needs most=")
     return list(itertools.islice(value, most))  # islice has no length hint: the list grows as it is read
 
 

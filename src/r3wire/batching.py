@@ -410,7 +410,7 @@ def _replayed(value: object, rows: Sequence[int]) -> list[Array | None]:
         return [None] * len(rows)
     if not _is_sequence(value):
         raise _fail("replayed", "a sequence of per-sample row masks (bool arrays, or None)", type(value).__name__)
-    items = copy_list(value, most=len(rows) + 1)  # type: ignore[arg-type]  # a sequence, an array or a tensor
+    items = copy_list(value, most=len(rows) + 1)  # type: ignore[call-overload]  # a sequence, an array or a tensor
     if len(items) != len(rows):
         raise _fail("replayed", f"{len(rows)} row masks (one per sample)", _got(items, value, len(rows)))
     return [

@@ -538,12 +538,13 @@ class _Writer:
         return value if members is None else self._dict(members)
 
     def _dict(self, mapping: dict[Any, Any]) -> dict[Any, Any]:
-        schema = mapping.get(KEY_SCHEMA)
+        # A subclass is read from its storage, as orjson writes it: its own get, items or __iter__ may raise.
+        schema = dict.get(mapping, KEY_SCHEMA)
         if schema is not None:
             schema = _json_name(schema)
-        if self.non_str_keys and any(type(key) is not str for key in mapping):
+        if self.non_str_keys and any(type(key) is not str for key in dict.keys(mapping)):
             # orjson writes an enum key as its value: {Key.schema: ...} has a "schema" member too
-            named = [item for key, item in mapping.items() if _json_name(key) == KEY_SCHEMA]
+            named = [item for key, item in dict.items(mapping) if _json_name(key) == KEY_SCHEMA]
             schema = next((n for n in map(_json_name, named) if n in _SCHEMAS), schema)
         if schema is not None and schema in _SCHEMAS:
             # loads would turn this object into an array (or refuse it): the document would not come back.
@@ -560,7 +561,7 @@ class _Writer:
         logprobs_keys = self.logprobs_keys
         path = self.path
         isfinite = math.isfinite
-        for key, item in mapping.items():
+        for key, item in dict.items(mapping):
             cls = type(item)
             if cls is str or cls is int or cls is bool or item is None or (cls is float and isfinite(item)):
                 continue  # the common leaves, checked here: a call per leaf was most of a large document's cost
@@ -570,7 +571,7 @@ class _Writer:
             path.pop()
             if new is not item:
                 if out is None:
-                    out = dict(mapping)
+                    out = dict(dict.items(mapping))  # dict.copy and dict() of a subclass call its keys()
                 out[key] = new
         return mapping if out is None else out
 

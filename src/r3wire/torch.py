@@ -249,9 +249,15 @@ def decode_array_tensor(
         try:
             if isinstance(dtypes, (bytes, bytearray, memoryview)):  # iterable, but as small ints
                 raise TypeError
-            allowed = tuple(copy_list(dtypes))  # never sized by a caller's __len__
+            # Never sized by a caller's __len__, and an endless iterable read no further than one name past
+            # the set: more names than that is no subset of it.
+            allowed = tuple(copy_list(dtypes, most=len(TORCH_DTYPES) + 1))
         except TypeError:
             raise R3WireError.make("dtypes", f"a dtype name or a collection of names ({expected})", dtypes) from None
+        if len(allowed) > len(TORCH_DTYPES) and not isinstance(dtypes, (list, tuple)):
+            # Read no further: what it holds past here would be dropped, never checked.
+            n = len(TORCH_DTYPES)
+            raise R3WireError.make("dtypes", f"at most {n} dtype names ({expected})", f"more than {n}", raw=True)
     unsupported = [d for d in allowed if not isinstance(d, str) or d not in TORCH_DTYPES]
     if unsupported:
         raise R3WireError.make("dtypes", expected, allowed)

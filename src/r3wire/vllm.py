@@ -271,7 +271,8 @@ def _int_vector(raw: Any, field: str, noun: str, error: type[R3WireError] = Enco
         if array.dtype.kind == "i" and int(array.min()) < 0:
             i = int(np.argmax(array < 0))
             raise error.make(f"{field}[{i}]", f"a non-negative {noun}", int(array[i]))
-        if array.dtype == np.uint64 and int(array.max()) > _INT64_MAX:
+        # Kind and size, not dtype identity: a big-endian '>u8' array is no np.uint64 and would wrap.
+        if array.dtype.kind == "u" and array.dtype.itemsize == 8 and int(array.max()) > _INT64_MAX:
             i = int(np.argmax(array > _INT64_MAX))
             raise error.make(f"{field}[{i}]", f"{_article(noun)} {noun} below 2**63", int(array[i]))
         return array.astype(np.int64, copy=False)

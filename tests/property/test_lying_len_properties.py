@@ -8,14 +8,21 @@ a document or as a batching argument, is read as the items it holds, as orjson a
 - ``read_response`` of an engine body (its routes, token ids and logprobs included) gives the plain body's outcome;
 - ``pad_routes`` / ``pack_routes`` with ``replayed=`` and ``token_lengths=`` give the plain arguments' outcome.
 
+A list or dict subclass whose own ``__iter__``, ``items``, ``keys``, ``values``, ``get`` or ``__getitem__`` raises
+or never ends (review 8, finding C) is written by ``dumps`` as orjson writes it, from its storage, also when orjson
+refused the document and dumps looks for the value to name (a lone surrogate, an object orjson refuses, an integer
+beyond 64 bits elsewhere in it).
+
 Never a bare ``MemoryError`` (``list(value)`` preallocating what ``__len__`` claims), ``ValueError`` or
 ``OverflowError``: any exception other than r3wire's fails the property.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -176,3 +183,101 @@ def test_batching_reads_lying_sequences_as_the_plain_ones(
     ):
         expected = _outcome(lambda call=call: call(replayed, lengths))
         assert _outcome(lambda call=call: call(lying_replayed, lying_lengths)) == expected
+
+
+class _MisreadError(RuntimeError):
+    """What a hostile container's own methods raise: it must never come out of dumps."""
+
+
+def _hostile(mode: str) -> Iterator[Any]:
+    """What a hostile method gives: an error at once (``raise``), or items without end (``endless``), cut off at
+    ten thousand with an error so a walk that reads it fails the property instead of hanging it."""
+    if mode == "raise":
+        raise _MisreadError("read through the subclass's own method")
+    yield from itertools.repeat(object(), 10_000)
+    raise _MisreadError("an endless iterator read past ten thousand items")
+
+
+class _HostileList(list[Any]):
+    mode = "raise"
+
+    def __iter__(self) -> Iterator[Any]:
+        return _hostile(self.mode)
+
+    def __reversed__(self) -> Iterator[Any]:
+        return _hostile(self.mode)
+
+    def __getitem__(self, index: Any) -> Any:
+        raise _MisreadError("read through __getitem__")
+
+
+class _HostileDict(dict[Any, Any]):
+    mode = "raise"
+
+    def __iter__(self) -> Iterator[Any]:
+        return _hostile(self.mode)
+
+    def items(self) -> Any:
+        return _hostile(self.mode)
+
+    def keys(self) -> Any:
+        return _hostile(self.mode)
+
+    def values(self) -> Any:
+        return _hostile(self.mode)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        raise _MisreadError("read through get")
+
+    def __getitem__(self, key: Any) -> Any:
+        raise _MisreadError("read through __getitem__")
+
+
+# What makes orjson refuse a document, so dumps walks it to name the value: a lone surrogate (in a value or a
+# key), an object orjson cannot write, an integer beyond 64 bits (written by dumps' own spelling).
+_REFUSED = st.sampled_from(["\ud800", "a\udfffb", object(), 2**70, -(2**64) - 1])
+
+
+def _hostile_copy(data: st.DataObject, value: Any) -> Any:
+    """``value`` with each list and dict drawn plain or as a hostile subclass holding the same items."""
+    made: Any
+    if isinstance(value, dict):
+        items = {key: _hostile_copy(data, item) for key, item in value.items()}
+        if not data.draw(st.booleans()):
+            return items
+        made = _HostileDict(items)
+    elif isinstance(value, list):
+        listed = [_hostile_copy(data, item) for item in value]
+        if not data.draw(st.booleans()):
+            return listed
+        made = _HostileList(listed)
+    else:
+        return value
+    made.mode = data.draw(st.sampled_from(["raise", "endless"]))
+    return made
+
+
+@given(
+    st.data(),
+    _documents(JSON_LEAVES | ARRAYS | _REFUSED | st.dictionaries(st.just("\udc00"), JSON_LEAVES, max_size=1)),
+)
+def test_dumps_reads_hostile_containers_from_their_storage(data: st.DataObject, doc: Any) -> None:
+    hostile = _hostile_copy(data, doc)
+    expected = _outcome(lambda: r3wire.dumps(doc))
+    assert _outcome(lambda: r3wire.dumps(hostile)) == expected
+    assert _outcome(lambda: b"".join(r3wire.iter_dumps(hostile))) == expected
+
+
+@pytest.mark.parametrize("mode", ["raise", "endless"])
+@pytest.mark.parametrize("refused", ["\ud800", object(), 2**70])
+def test_dumps_names_the_refused_value_beside_a_hostile_container(mode: str, refused: Any) -> None:
+    items, mapping = _HostileList([1, "x"]), _HostileDict(x=1, schema="not r3wire")
+    items.mode = mapping.mode = mode
+    doc = {"a": items, "m": mapping, "b": refused}
+    plain = {"a": [1, "x"], "m": {"x": 1, "schema": "not r3wire"}, "b": refused}
+    assert _outcome(lambda: r3wire.dumps(doc)) == _outcome(lambda: r3wire.dumps(plain))
+    if isinstance(refused, int):
+        assert r3wire.dumps(doc) == b'{"a":[1,"x"],"m":{"x":1,"schema":"not r3wire"},"b":1180591620717411303424}'
+    else:
+        with pytest.raises(R3WireError, match=r"^\$\.b must be"):
+            r3wire.dumps(doc)

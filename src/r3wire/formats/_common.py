@@ -225,7 +225,8 @@ def int64_ids(ids: np.ndarray[Any, Any], field: str) -> np.ndarray[Any, Any]:
     Raises:
         R3WireError: an id past ``2**63 - 1``, its position named.
     """
-    if ids.dtype == np.uint64 and ids.size and int(ids.max()) > _INT64_MAX:
+    # Kind and size, not dtype identity: a big-endian '>u8' array is no np.uint64 and would wrap to negative ids.
+    if ids.dtype.kind == "u" and ids.dtype.itemsize == 8 and ids.size and int(ids.max()) > _INT64_MAX:
         position = int(np.argmax(ids > _INT64_MAX))
         raise R3WireError.make(f"{field}[{position}]", f"a token id <= {_INT64_MAX}", int(ids[position]))
     converted: np.ndarray[Any, Any] = ids.astype(np.int64, copy=False)

@@ -145,13 +145,25 @@ def read_fireworks_matrices(payload: object, opts: ReadOptions) -> ReadResult:
         raise DecodeError.make(
             None, "a list of base64 matrices and nulls, one per token", type(payload).__name__, raw=True
         )
-    if type(payload) is not list:
-        payload = copy_list(payload)  # counted and read once: a caller's sequence's __len__ may lie
     if opts.num_layers is None or opts.top_k is None:
         raise R3WireError.make(
             "num_layers, top_k", "given for Fireworks per-token matrices (they carry neither)", "None", raw=True
         )
     layers, top_k = opts.num_layers, opts.top_k
+    if type(payload) is not list:
+        # Counted and read once (a caller's __len__ may lie), and only as far as max_elements allows plus one to
+        # tell "more": range(10**12) is a sequence too, and iterating it whole was a bare MemoryError.
+        limit = DEFAULT_MAX_ELEMENTS if opts.max_elements is None else opts.max_elements
+        bound = limit // ((layers or 1) * (top_k or 1))
+        payload = copy_list(payload, most=bound + 1)
+        if len(payload) > bound:
+            default = " (the default; pass a larger max_elements to raise it)" if limit == DEFAULT_MAX_ELEMENTS else ""
+            raise DecodeError.make(
+                "shape",
+                f"at most max_elements={limit} elements{default}",
+                f"more than {bound} tokens of {layers} layers x {top_k} top_k",
+                raw=True,
+            )
     tokens = len(payload)
     # Sized by the caller's shape before any allocation; the list itself is already in memory.
     check_element_count(check_shape((tokens, layers, top_k), "shape", ndim=3), opts.max_elements)
