@@ -310,3 +310,18 @@ def test_dumps_honours_a_lower_interpreter_digit_limit() -> None:
         assert "at most 640 digits" in str(info.value)
     finally:
         sys.set_int_max_str_digits(before)
+
+
+class _StoredInt(int):
+    """An int subclass whose own conversions disagree with the value it stores (what orjson reads)."""
+
+    def __int__(self) -> int:
+        return 5
+
+    def __lt__(self, other: object) -> bool:
+        raise TypeError("no comparisons")
+
+
+def test_dumps_writes_an_int_subclass_by_the_value_it_stores() -> None:
+    assert r3wire.dumps({"n": _StoredInt(2**70)}) == b'{"n":1180591620717411303424}'
+    assert r3wire.dumps({"n": _StoredInt(7)}) == b'{"n":7}'

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
@@ -441,3 +441,40 @@ def test_clamp_logprobs_covers_a_plain_list_under_a_logprobs_key(caplog: pytest.
     with pytest.raises(r3wire.EncodeError) as caught:
         r3wire.dumps(doc)  # without the option a non-finite float is refused, as anywhere
     assert caught.value.field == "$.choices[0].logprobs[2]"
+
+
+class _Point(NamedTuple):
+    x: Any
+    y: Any
+
+
+class _Items(list[Any]):
+    pass
+
+
+class _Members(dict[str, Any]):
+    pass
+
+
+def test_a_namedtuple_is_written_as_a_list_whatever_it_holds() -> None:
+    """orjson refuses a tuple subclass; dumps writes it as a list, as a tuple, whether or not the walk changed
+    anything in it (before, only one holding an array or an enum was written)."""
+    assert r3wire.dumps({"p": _Point(1, "a")}) == b'{"p":[1,"a"]}'
+    body = r3wire.dumps({"p": _Point(np.arange(3, dtype=np.uint8), [1] * 70)})
+    decoded = r3wire.loads(body)
+    assert decoded["p"][1] == [1] * 70
+    assert decoded["p"][0].tolist() == [0, 1, 2]
+
+
+def test_subclasses_are_refused_at_their_path_under_passthrough_subclass() -> None:
+    for value in (_Items([1]), _Members(a=1), _Items([np.arange(2)])):
+        with pytest.raises(r3wire.EncodeError) as info:
+            r3wire.dumps({"n": 2**70, "v": [value]}, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+        assert info.value.field == "$.v[0]"
+        assert "OPT_PASSTHROUGH_SUBCLASS" in str(info.value)
+    assert r3wire.dumps({"v": _Items([1])}) == b'{"v":[1]}'
+
+
+def test_clamp_logprobs_floors_a_list_subclass_as_a_list() -> None:
+    body = r3wire.dumps({"logprobs": _Items([-1.0, None, float("nan")])}, clamp_logprobs=True)
+    assert body == b'{"logprobs":[-1.0,-9999.0,-9999.0]}'

@@ -470,12 +470,18 @@ class _Writer:
         if isinstance(value, float):
             return self._float(value)
         if isinstance(value, dict):
+            if self.option & orjson.OPT_PASSTHROUGH_SUBCLASS:
+                raise self._subclass(value)
             return self._dict(value)
         if isinstance(value, (list, tuple)):
-            # A subclass is walked as the items orjson writes (its storage), never sized by its __len__.
+            if isinstance(value, list) and self.option & orjson.OPT_PASSTHROUGH_SUBCLASS:
+                raise self._subclass(value)
+            # A subclass is walked as the items orjson writes (its storage), never sized by its __len__. A list
+            # subclass nothing in which changed is left to orjson; a tuple subclass (a namedtuple), which orjson
+            # refuses, is written as a list, as a tuple is, whatever it holds.
             items = copy_list(value)
-            out = self._list(items)
-            return value if out is items else out
+            out = self._logprob_list(items) if kind == _LOGPROBS and self.clamp else self._list(items)
+            return value if out is items and isinstance(value, list) else out
         if isinstance(value, (str, int)):
             return value  # orjson writes a str or int subclass (an IntEnum, a dataclass on int) as the str or int
         if isinstance(value, enum.Enum):
@@ -518,6 +524,17 @@ class _Writer:
         # np.datetime64 is refused even with OPT_SERIALIZE_NUMPY: orjson writes NaT as "1970-01-01T00:00:00" and
         # dates past its range as other dates (orjson 3.9 on NumPy 1.24 crashed the process on some).
         raise self._not_json(value)
+
+    def _subclass(self, value: object) -> _PathError:
+        return self._fail(
+            EncodeError.make(
+                None,
+                "JSON-serializable (orjson.OPT_PASSTHROUGH_SUBCLASS, which dumps was given, refuses a dict or list "
+                "subclass)",
+                f"a {type(value).__name__}",
+                raw=True,
+            )
+        )
 
     def _not_json(self, value: np.generic) -> _PathError:
         # What orjson would refuse with a message naming only the type, named here at its path.
@@ -1036,11 +1053,12 @@ def _dumps_located(prepared: Any, option: int | None, put_back: Callable[[bytes]
 
 
 def _beyond_64_bits(leaf: object) -> bool:
-    return isinstance(leaf, int) and not isinstance(leaf, bool) and not -(2**63) <= leaf < 2**64
+    # int.__pos__ reads an int subclass's stored value (what orjson reads), not its own __int__ or comparisons.
+    return isinstance(leaf, int) and not isinstance(leaf, bool) and not -(2**63) <= int.__pos__(leaf) < 2**64
 
 
 def _beyond_53_bits(leaf: object) -> bool:
-    return isinstance(leaf, int) and not isinstance(leaf, bool) and not -(2**53) < leaf < 2**53
+    return isinstance(leaf, int) and not isinstance(leaf, bool) and not -(2**53) < int.__pos__(leaf) < 2**53
 
 
 def _spell_big_ints(prepared: Any, option: int | None) -> tuple[Any, Callable[[bytes], bytes]]:
@@ -1079,8 +1097,9 @@ def _spell_big_ints(prepared: Any, option: int | None) -> tuple[Any, Callable[[b
             return copies[id(value)]
         if not _beyond_64_bits(value):
             return value
+        stored = int.__pos__(value)  # an int subclass's own value, as orjson would read it
         try:
-            text = str(int(value))
+            text = str(stored)
         except ValueError:  # more digits than the interpreter converts
             text = ""
         if not text or len(text.lstrip("-")) > limit:
@@ -1088,7 +1107,7 @@ def _spell_big_ints(prepared: Any, option: int | None) -> tuple[Any, Callable[[b
             raise EncodeError.make(
                 _path(found[0] if found is not None else []),
                 f"an integer of at most {limit} digits (what r3wire's readers accept)",
-                f"an integer of {int(value).bit_length()} bits",
+                f"an integer of {stored.bit_length()} bits",
                 raw=True,
             )
         digits.append(text.encode("ascii"))

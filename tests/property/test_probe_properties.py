@@ -13,7 +13,7 @@ import decimal
 import enum
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 from unittest import mock
 
 import numpy as np
@@ -74,7 +74,21 @@ SPECIALS: list[Callable[[], Any]] = [
     lambda: {'a"data': 1, "b": 'x"shape":'},
     lambda: _OddList([1, 2]),
     lambda: _OddDict(a=1),
+    lambda: _Pair([Colour.ARRAY] * 70, 1),
+    lambda: _OddList([Colour.ARRAY] * 70),
+    lambda: _LyingInt(2**70),
+    lambda: _OddList([None, float("nan")]),
 ]
+
+
+class _Pair(NamedTuple):
+    first: Any
+    second: Any
+
+
+class _LyingInt(int):
+    def __int__(self) -> int:
+        return 5
 
 
 class _OddList(list[Any]):
@@ -115,6 +129,8 @@ def documents(draw: st.DrawFn) -> dict[str, Any]:
             content[at]["top_logprobs"][0]["logprob" if isinstance(special, float) else "extra"] = special
         else:
             content[at] = {draw(st.sampled_from(["logprobs", "routed_experts", "data"])): special}
+    if draw(st.booleans()):
+        return {"choices": _Pair({"index": 0, "logprobs": {"content": content}}, None)}
     return {"choices": [{"index": 0, "logprobs": {"content": content}}], "usage": {"completion_tokens": count}}
 
 
