@@ -89,7 +89,12 @@ def test_a_value_of_an_unhashable_class_is_refused_naming_its_field(
         hash(Odd)
     with pytest.raises(error) as info:
         call()
-    assert info.value.field == field
+    # NumPy before 2.5 makes an object array of such a list (its dtype is refused); NumPy 2.5 refuses the list in
+    # np.asarray itself (the value is refused, "unhashable type" in the message). Either names the caller's field.
+    named = {field, field.removesuffix(".dtype")}
+    assert info.value.field in named, (info.value.field, named)
+    if info.value.field != field:
+        assert "unhashable type" in str(info.value)
 
 
 def test_loads_leaves_such_a_value_of_a_parsed_document_as_it_is() -> None:
