@@ -11,7 +11,9 @@ import pytest
 
 ROOT = Path(__file__).parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-OPTIONAL = {"torch": "torch", "vllm": "vllm", "zstandard": "zstandard", "fireworks": "zstandard"}
+# A page needs an optional package when one of its blocks imports it (or r3wire's adapter for it) at top level; an
+# import indented under `try:` has a fallback, and the page must run without the package too.
+NEEDS = re.compile(r"^(?:import|from)\s+(?:r3wire\.)?(torch|vllm|zstandard)\b", re.MULTILINE)
 
 
 def _blocks(path: Path) -> list[str]:
@@ -21,9 +23,8 @@ def _blocks(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", [p for p in DOCUMENTS if _blocks(p)], ids=lambda p: p.name)
 def test_examples_run(path: Path) -> None:
     blocks = _blocks(path)
-    for word, module in OPTIONAL.items():
-        if any(word in block for block in blocks):
-            pytest.importorskip(module)
+    for module in sorted({name for block in blocks for name in NEEDS.findall(block)}):
+        pytest.importorskip(module)
     namespace: dict[str, Any] = {"__name__": f"example_{path.stem}"}
     for i, code in enumerate(blocks):
         exec(compile(code, f"{path.name}#{i}", "exec"), namespace)
