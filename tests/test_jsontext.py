@@ -14,6 +14,7 @@ import pytest
 
 import r3wire
 from r3wire import DecodeError, UnsupportedVersionError, formats
+from r3wire._jsonpath import json_path
 from r3wire._jsontext import MAX_INT_DIGITS, parse_json
 
 ENVELOPE = '{{"data":"","shape":{shape},"dtype":"uint8","schema":"r3wire.routes","version":{version}}}'
@@ -325,3 +326,31 @@ class _StoredInt(int):
 def test_dumps_writes_an_int_subclass_by_the_value_it_stores() -> None:
     assert r3wire.dumps({"n": _StoredInt(2**70)}) == b'{"n":1180591620717411303424}'
     assert r3wire.dumps({"n": _StoredInt(7)}) == b'{"n":7}'
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        '"num_experts": 1e400, "num_experts": 8',
+        '"num_experts": 8, "num_experts": 1e400',
+        '"num_experts": "\\udc00", "num_experts": 8',
+        '"num_experts": 8, "num_experts": "\\udc00"',
+    ],
+)
+def test_an_envelope_value_fault_is_named_before_a_repeated_member(members: str) -> None:
+    # wire-format.md §13, "Several faults in one text": the value's fault first, wherever the repeat is.
+    text = '{"data": "AQAHAw==", "shape": [1, 2, 2], "dtype": "uint8", "schema": "r3wire.routes", "version": 1, '
+    with pytest.raises(DecodeError) as info:
+        r3wire.decode_routes(text + members + "}")
+    assert info.value.field == "num_experts"
+
+
+def test_a_value_fault_nested_to_orjsons_depth_limit_is_named_and_one_beyond_it_is_not_json() -> None:
+    # The stdlib parser that finds the place recurses once per level: it must reach orjson's 1024 levels.
+    with pytest.raises(DecodeError) as info:
+        r3wire.loads("[" * 1024 + "1e400" + "]" * 1024)
+    assert info.value.field == json_path([0] * 1024)
+    with pytest.raises(DecodeError) as info:
+        r3wire.loads("[" * 1025 + "1e400" + "]" * 1025)
+    assert info.value.field == "$"
+    assert "depth" in str(info.value)

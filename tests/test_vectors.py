@@ -158,6 +158,7 @@ KNOWN_VECTOR_FILES = [
     "response-engines-v1.json",
     "response-errors-v1.json",
     "response-errors-v2.json",
+    "response-errors-v3.json",
     "response-prompt-ids-v1.json",
     "routes-v1-packed.json",
     "routes-v1.json",

@@ -15,13 +15,14 @@ import math
 import os
 import re
 import sys
+from collections.abc import Iterator
 from typing import Any, Final
 
 import numpy as np
 import orjson
 
 from r3wire._jsonpath import json_path
-from r3wire._utf8 import first_leaf, not_utf8_at
+from r3wire._utf8 import not_utf8_at
 from r3wire.errors import DecodeError
 
 __all__ = ["MAX_INT_DIGITS", "parse_json", "string_end"]
@@ -369,6 +370,26 @@ class _OutOfRange:
         self.token = token
 
 
+class _TooLong:
+    """An integer token of more digits than the interpreter converts, as the stdlib parser met it."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: str) -> None:
+        self.token = token
+
+
+class _Members(list[tuple[str, Any]]):
+    """An object's members in text order, a repeated name kept (the stdlib parser keeps only the last value, at
+    the first one's place: a value it shadowed would never be found, and the order of faults would be lost)."""
+
+
+# orjson's nesting limit (arrays and objects): deeper text is invalid JSON, reported without a place.
+_MAX_DEPTH: Final = 1024
+# Headroom for the stdlib parser, which recurses once per level (Python 3.11's limit is 1000 frames in all).
+_RECURSION_HEADROOM: Final = 2 * _MAX_DEPTH + 100
+
+
 def _float_or_out_of_range(token: str) -> float | _OutOfRange:
     value = float(token)
     return value if math.isfinite(value) else _OutOfRange(token)
@@ -379,10 +400,11 @@ def _refuse_constant(name: str) -> None:
 
 
 def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> None:
-    """After orjson refused ``text``: if the stdlib parser reads it, raise the error for the first string in it
-    that is not UTF-8 or number out of a double's range (what orjson refuses that the stdlib reads), at its path.
-
-    Returns (so that orjson's own error is raised) when the stdlib refuses the text too or finds neither.
+    """After orjson refused ``text``: if the text is valid JSON (orjson's nesting limit included), raise the error
+    for the first value in text order that orjson refuses or cannot hold but that has a place -- a string (value
+    or member name) that is not UTF-8, a number beyond a double's range, an integer of more digits than the
+    interpreter converts -- at its path. Text that is not JSON is a fault before any of these (wire-format.md
+    §13, "Several faults in one text"), so this returns and orjson's own error is raised.
 
     Raises:
         DecodeError: such a string or number, its field the path.
@@ -391,21 +413,27 @@ def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> Non
     # A byte that is not UTF-8 becomes a lone surrogate U+DC80..U+DCFF, which the search then finds.
     data = bytes(text).decode("utf-8", "surrogateescape") if not isinstance(text, str) else text
     limit = digit_limit()
+    recursion = sys.getrecursionlimit()
+    # Text nested up to orjson's limit is valid JSON, but the stdlib parser would run out of frames before it.
+    sys.setrecursionlimit(recursion + _RECURSION_HEADROOM)
     try:
         doc = json.loads(
             data,
+            object_pairs_hook=_Members,
             parse_float=_float_or_out_of_range,
-            parse_int=lambda token: int(token) if len(token) <= limit else 0,  # too long: refused elsewhere
+            parse_int=lambda token: int(token) if len(token) - token.startswith("-") <= limit else _TooLong(token),
             parse_constant=_refuse_constant,
         )
     except (ValueError, RecursionError):
         return
-    found = first_leaf(
-        doc, lambda leaf: type(leaf) is _OutOfRange or (isinstance(leaf, str) and not_utf8_at(leaf) is not None)
-    )
+    finally:
+        sys.setrecursionlimit(recursion)
+    found = _first_fault(doc)
     if found is None:
         return
     parts, leaf = found
+    if isinstance(leaf, _TooLong):
+        _check(None, leaf.token, limit, root, parts)
     field = _field(parts, root)
     if isinstance(leaf, _OutOfRange):
         raise DecodeError.make(
@@ -425,6 +453,49 @@ def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> Non
     raise DecodeError.make(
         field, "a string of Unicode text (valid UTF-8, no lone surrogate)", f"{what} at character {index}", raw=True
     )
+
+
+def _is_fault(leaf: object) -> bool:
+    if type(leaf) is str:
+        return not_utf8_at(leaf) is not None
+    return type(leaf) is _OutOfRange or type(leaf) is _TooLong
+
+
+def _entries(node: list[Any]) -> Iterator[tuple[object, object, str | None]]:
+    """A container's (part, value, member name or None) in text order."""
+    if type(node) is _Members:
+        return ((name, value, name) for name, value in node)
+    return ((index, value, None) for index, value in enumerate(node))
+
+
+def _first_fault(doc: object) -> tuple[list[object], object] | None:
+    """The path to the first fault of :func:`_is_fault` in ``doc`` (the stdlib parse of a text, objects as
+    :class:`_Members`), in text order, each member name before its value; None when there is none, or when the
+    text nests deeper than orjson's limit (then it is not valid JSON, whatever values it holds).
+    """
+    if type(doc) is not list and type(doc) is not _Members:
+        return ([], doc) if _is_fault(doc) else None
+    found: tuple[list[object], object] | None = None
+    parts: list[object] = []
+    stack = [_entries(doc)]
+    while stack:
+        entry = next(stack[-1], None)
+        if entry is None:
+            stack.pop()
+            if stack:
+                parts.pop()
+            continue
+        part, item, name = entry
+        if found is None and name is not None and _is_fault(name):
+            found = ([*parts, part], name)
+        if type(item) is list or type(item) is _Members:
+            if len(stack) >= _MAX_DEPTH:
+                return None
+            parts.append(part)
+            stack.append(_entries(item))
+        elif found is None and _is_fault(item):
+            found = ([*parts, part], item)
+    return found
 
 
 def _shown(token: str) -> str:

@@ -12,6 +12,7 @@ import { JsonNumber } from "./json.mjs";
 import {
   DTYPE_SIZES,
   DecodeError,
+  charCount,
   checkDataLength,
   checkLimit,
   checkShape,
@@ -51,7 +52,7 @@ function checkIds(values, shape, name, { numExperts = null, sentinel = "none" } 
 /** Strict base64 whose byte count is not known in advance (SGLang, .npy): length, then decoding. */
 function decodeBase64Any(text, field) {
   if (typeof text !== "string") reject(field, "a base64 string", text);
-  if (text.length % 4 !== 0) reject(field, "base64 of a length divisible by 4", text.length);
+  if (charCount(text) % 4 !== 0) reject(field, "base64 of a length divisible by 4", charCount(text));
   const padding = text.endsWith("==") ? 2 : text.endsWith("=") ? 1 : 0;
   return decodeBase64(text, (text.length / 4) * 3 - padding, field);
 }
@@ -117,7 +118,7 @@ export const readPrimeRlB85 = finish(function readPrimeRlB85(input, options = {}
   const count = elementCount(shape);
   checkLimit(shape, options.maxElements);
   if (typeof payload.data !== "string") reject("data", "a base85 string", payload.data);
-  if (BigInt(payload.data.length) !== 5n * count) reject("data", `${5n * count} base85 characters`, payload.data.length);
+  if (BigInt(charCount(payload.data)) !== 5n * count) reject("data", `${5n * count} base85 characters`, charCount(payload.data));
   const bytes = new Uint8Array(Number(count) * 4);
   const view = new DataView(bytes.buffer);
   for (let g = 0; g < Number(count); g++) {
@@ -187,10 +188,10 @@ export const readSglang = finish(function readSglang(input, options = {}) {
   if (typeof text !== "string") reject("routed_experts", "a base64 string", text);
   const rowBytes = BigInt(numLayers) * BigInt(topK) * BigInt(DTYPE_SIZES[dtype]);
   // The byte count follows from the text's length and padding: whole rows and the limit before decoding.
-  if (text.length % 4 !== 0) reject("routed_experts", "base64 of a length divisible by 4", text.length);
+  if (charCount(text) % 4 !== 0) reject("routed_experts", "base64 of a length divisible by 4", charCount(text));
   // The padding is the '=' among the last two characters; a misplaced one is refused by the decoding below.
   const padding = [...text.slice(-2)].filter((ch) => ch === "=").length;
-  const claimed = BigInt((text.length / 4) * 3 - padding);
+  const claimed = BigInt((charCount(text) / 4) * 3 - padding);
   if (claimed % rowBytes !== 0n) reject("routed_experts", `whole rows of ${rowBytes} bytes`, `${claimed} bytes`);
   const shape = [claimed / rowBytes, BigInt(numLayers), BigInt(topK)];
   checkLimit(shape, options.maxElements);
@@ -261,8 +262,8 @@ export const readFireworksMatrices = finish(function readFireworksMatrices(input
   payload.forEach((entry, i) => {
     if (entry === null) return;
     if (typeof entry !== "string") reject(`[${i}]`, "a base64 string or null", entry);
-    if (entry.length % 4 !== 0) reject(`[${i}]`, "base64 of a length divisible by 4", entry.length);
-    const nbytes = BigInt((entry.length / 4) * 3 - [...entry.slice(-2)].filter((ch) => ch === "=").length);
+    if (charCount(entry) % 4 !== 0) reject(`[${i}]`, "base64 of a length divisible by 4", charCount(entry));
+    const nbytes = BigInt((charCount(entry) / 4) * 3 - [...entry.slice(-2)].filter((ch) => ch === "=").length);
     const width = nbytes === perMatrix ? "uint8" : nbytes === 2n * perMatrix ? "uint16" : undefined;
     if (width === undefined || (dtype !== null && width !== dtype)) {
       const want = dtype === null ? `${perMatrix} (uint8) or ${2n * perMatrix} (uint16)` : `${dtype} matrix bytes`;
@@ -393,11 +394,11 @@ export const readVllmNpy = finish(function readVllmNpy(input, options = {}) {
   let text = input;
   if (isPlainObject(input)) text = input.routed_experts;
   if (typeof text !== "string") reject("routed_experts", "a base64 .npy string", text);
-  if (text.length % 4 !== 0) reject("routed_experts", "base64 of a length divisible by 4", text.length);
+  if (charCount(text) % 4 !== 0) reject("routed_experts", "base64 of a length divisible by 4", charCount(text));
   // The file's byte count follows from the text's length and padding; each step decodes only the bytes it needs,
   // after checking the file holds them (formats.md, vllm-npy steps 1-3): magic and version, the preamble with the
   // header length, then the whole declared header, before the header is parsed.
-  const total = (text.length / 4) * 3 - [...text.slice(-2)].filter((ch) => ch === "=").length;
+  const total = (charCount(text) / 4) * 3 - [...text.slice(-2)].filter((ch) => ch === "=").length;
   const head = (nbytes) => {
     if (nbytes > total) reject("routed_experts", `a .npy file of at least ${nbytes} bytes`, `${total} bytes`);
     return decodeBase64Any(text.slice(0, Math.min(text.length, 4 * Math.ceil(nbytes / 3))), "routed_experts");

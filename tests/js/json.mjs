@@ -5,11 +5,13 @@
 // docs/wire-format.md) makes integer-ness and range a property of the number token in the text, so a decoder
 // must see the token: this parser returns each number as a JsonNumber holding its text.
 //
-// Objects become null-prototype objects (a member named "__proto__" is an ordinary member). Duplicate member
-// names, nesting deeper than MAX_DEPTH, NaN/Infinity, trailing commas, leading zeros, raw control characters
-// in strings and unpaired surrogate escapes (I-JSON, RFC 7493) are syntax errors. So is a number with a fraction or
-// an exponent beyond a double's range (1e400: wire-format.md §13, "Numbers"), never read as Infinity. A string
-// value's unpaired surrogate and such a number are JsonValueErrors, which carry the value's place (`parts`).
+// Objects become null-prototype objects (a member named "__proto__" is an ordinary member). Nesting deeper than
+// MAX_DEPTH, NaN/Infinity, trailing commas, leading zeros and raw control characters in strings are syntax
+// errors, thrown where they are met. Three faults of valid text are reported only once the whole text has parsed
+// (wire-format.md §13, "Several faults in one text"): first the earliest, in text order, of a number with a
+// fraction or an exponent beyond a double's range (1e400, never read as Infinity) and an unpaired surrogate
+// escape (I-JSON, RFC 7493) in a string value or a member name -- a JsonValueError, which carries the place
+// (`parts`; for a member name, ending with that name) -- and only then a duplicate member name.
 
 export const MAX_DEPTH = 1024;
 
@@ -68,13 +70,18 @@ export function parseJson(text) {
   // name is read (a bad name is a syntax error without a place).
   const parts = [];
   let inKey = false;
+  // The first fault of valid text at a place, the first duplicate member name, and a fault met in the member
+  // name being read (its place is known once the name is).
+  let valueError = null;
+  let duplicate = null;
+  let keyFault = null;
 
   const fail = (message) => {
     throw new JsonSyntaxError(message, pos);
   };
   const failAt = (message) => {
-    if (inKey) fail(message);
-    throw new JsonValueError(message, pos, [...parts]);
+    if (inKey) keyFault ??= message;
+    else valueError ??= new JsonValueError(message, pos, [...parts]);
   };
   const skipSpace = () => {
     while (pos < text.length) {
@@ -115,9 +122,13 @@ export function parseJson(text) {
         if (unit >= 0xdc00 && unit <= 0xdfff) failAt("unpaired surrogate escape");
         if (unit >= 0xd800 && unit <= 0xdbff) {
           const low = text.startsWith("\\u", pos) ? readEscape(pos) : -1;
-          if (low < 0xdc00 || low > 0xdfff) failAt("unpaired surrogate escape");
-          out += String.fromCharCode(unit, low);
-          pos += 6;
+          if (low < 0xdc00 || low > 0xdfff) {
+            failAt("unpaired surrogate escape");
+            out += String.fromCharCode(unit);
+          } else {
+            out += String.fromCharCode(unit, low);
+            pos += 6;
+          }
         } else {
           out += String.fromCharCode(unit);
         }
@@ -173,12 +184,11 @@ export function parseJson(text) {
       if (text[pos] !== '"') fail("expected a member name");
       const keyAt = pos;
       inKey = true;
+      keyFault = null;
       const key = parseString();
       inKey = false;
-      if (Object.hasOwn(out, key)) {
-        pos = keyAt;
-        fail(`duplicate member name ${JSON.stringify(key)}`);
-      }
+      if (keyFault !== null) valueError ??= new JsonValueError(keyFault, keyAt, [...parts, key]);
+      if (Object.hasOwn(out, key)) duplicate ??= new JsonSyntaxError(`duplicate member name ${JSON.stringify(key)}`, keyAt);
       skipSpace();
       if (text[pos] !== ":") fail("expected ':'");
       pos++;
@@ -226,5 +236,7 @@ export function parseJson(text) {
   const value = parseValue(0);
   skipSpace();
   if (pos !== text.length) fail("trailing characters");
+  if (valueError !== null) throw valueError;
+  if (duplicate !== null) throw duplicate;
   return value;
 }

@@ -238,11 +238,23 @@ export function checkLimit(shape, maxElements, name = "shape") {
   if (extent > limit) reject(name, `at most ${limit} elements`, extent);
 }
 
+/**
+ * The number of characters (code points) in a string: what a JSON string's length is, where `.length` counts
+ * UTF-16 units (a character beyond U+FFFF is two of them).
+ */
+export function charCount(text) {
+  if (!/[\uD800-\uDFFF]/.test(text)) return text.length;
+  let count = 0;
+  for (const _ of text) count++;
+  return count;
+}
+
 /** Check 7: data is a string of the base64 length of exactly nbytes bytes (nothing decoded yet). */
 export function checkDataLength(data, nbytes) {
   if (typeof data !== "string") reject("data", "a base64 string", data);
   const chars = 4n * ((nbytes + 2n) / 3n);
-  if (BigInt(data.length) !== chars) reject("data", `${chars} base64 characters`, data.length);
+  const length = charCount(data);
+  if (BigInt(length) !== chars) reject("data", `${chars} base64 characters`, length);
 }
 
 /** Little-endian elements of `dtype` as Numbers (BigInts for 64-bit integers). */

@@ -20,6 +20,7 @@ import {
 } from "./formats.mjs";
 import {
   DecodeError,
+  charCount,
   checkShape,
   decodeArray,
   decodeLogprobs,
@@ -137,7 +138,7 @@ function detectObject(value, hasShape, nested) {
     } catch (error) {
       if (!(error instanceof DecodeError)) throw error;
     }
-    const b85 = count !== null && count > 0n && typeof value.data === "string" && BigInt(value.data.length) === 5n * count;
+    const b85 = count !== null && count > 0n && typeof value.data === "string" && BigInt(charCount(value.data)) === 5n * count;
     return [b85 ? "prime-rl-b85" : "prime-rl", value];
   }
   return reject(null, "a known routed-experts object (r3wire, skyrl, prime-rl, fireworks-trace)", Object.keys(value));

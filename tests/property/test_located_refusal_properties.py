@@ -122,3 +122,84 @@ def test_a_number_beyond_a_double_is_named_at_its_path(data: st.DataObject, doc:
             with pytest.raises(DecodeError) as info:
                 read_response(given_text)
             assert info.value.field == json_path(parts)
+
+
+# A document as its text will be written: ("object", [(name, node)...]) may repeat a name; ("fault", token) is a
+# value orjson refuses (a number beyond a double, a string that is not Unicode), written as that token.
+_FAULTS = st.sampled_from(["1e400", "-1E+309", '"\\ud800"', '"a\\udfff"', "1" + "0" * 4400])
+_NAMES = st.sampled_from(["a", "b", "x"])  # few names: repeats are common
+_TREES = st.recursive(
+    st.one_of(_LEAVES.map(lambda leaf: ("leaf", leaf)), _FAULTS.map(lambda token: ("fault", token))),
+    lambda children: (
+        st.lists(children, max_size=4).map(lambda items: ("array", items))
+        | st.lists(st.tuples(st.one_of(_NAMES, st.just("\\udc00")), children), max_size=4).map(
+            lambda members: ("object", members)
+        )
+    ),
+    max_leaves=12,
+)
+
+
+def _write(tree: Any) -> tuple[str, list[object] | None, bool]:
+    """The JSON text of ``tree``, the path of its first fault in text order (None: none), and whether an object in
+    it repeats a member name."""
+    first: list[list[object]] = []
+    repeated = False
+    pieces: list[str] = []
+
+    def write(node: Any, parts: list[object]) -> None:
+        nonlocal repeated
+        kind, body = node
+        if kind == "leaf":
+            pieces.append(json.dumps(body))
+        elif kind == "fault":
+            if not first:
+                first.append(parts)
+            pieces.append(body)
+        elif kind == "array":
+            pieces.append("[")
+            for index, item in enumerate(body):
+                pieces.append("," if index else "")
+                write(item, [*parts, index])
+            pieces.append("]")
+        else:
+            pieces.append("{")
+            seen: set[str] = set()
+            for index, (escaped, item) in enumerate(body):
+                name: str = json.loads(f'"{escaped}"')
+                repeated = repeated or name in seen
+                seen.add(name)
+                if escaped.startswith("\\ud") and not first:  # a member name that is not Unicode text
+                    first.append([*parts, name])
+                pieces.append(f'{"," if index else ""}"{escaped}":')
+                write(item, [*parts, name])
+            pieces.append("}")
+
+    write(tree, [])
+    return "".join(pieces), (first[0] if first else None), repeated
+
+
+@given(tree=_TREES)
+def test_of_several_faults_the_first_in_the_text_is_named_before_any_repeated_name(tree: Any) -> None:
+    # wire-format.md §13, "Several faults in one text": not JSON first; then the first value (or member name) in
+    # text order that orjson refuses, at its path, even where a later member of the same name shadows it; then a
+    # repeated name (refused by read_response, kept by loads outside envelopes).
+    text, first, repeated = _write(tree)
+    for given_text in (text, text.encode("utf-8", "surrogatepass")):
+        if first is None:
+            r3wire.loads(given_text)
+        else:
+            with pytest.raises(DecodeError) as info:
+                r3wire.loads(given_text)
+            assert info.value.field == json_path(first)
+        if tree[0] == "object":  # a list is a batch of bodies, each an object
+            if first is None and not repeated:
+                read_response(given_text)
+                continue
+            with pytest.raises(DecodeError) as info:
+                read_response(given_text)
+            if first is None:
+                assert info.value.field is None
+                assert "twice" in str(info.value)
+            else:
+                assert info.value.field == json_path(first)
