@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 import r3wire
-from r3wire import DecodeError, EncodeError, R3WireError, decode_routes, encode_routes
+from r3wire import DecodeError, EncodeError, R3WireError, decode_routes, encode_routes, formats
 from r3wire.synthetic import synthetic_routes
 
 BIG = synthetic_routes(400, layers=4, top_k=2, num_experts=16, seed=3)  # base64 longer than loads' cut size
@@ -581,3 +581,26 @@ def test_an_enum_whose_value_is_itself_is_refused_not_looped_on() -> None:
     for doc in ({"schema": Loop.A}, {"x": Loop.A}):  # orjson itself crashes on this enum: it must not see it
         with pytest.raises(EncodeError, match="nesting too deep"):
             r3wire.dumps(doc)
+
+
+def test_a_masked_array_is_not_taken_as_json_text() -> None:
+    # Its mask is not part of its bytes: the bytes it hides would be parsed (decode_routes_frame refuses it too).
+    text = np.ma.MaskedArray(np.frombuffer(b'{"a": 1}', np.uint8), mask=True)
+    for read in (r3wire.loads, formats.read_response):
+        with pytest.raises(DecodeError, match="MaskedArray"):
+            read(text)
+
+
+@pytest.mark.parametrize(
+    ("version", "advice"), [(0, "versions start at 1"), (-1, "versions start at 1"), (2, "upgrade")]
+)
+def test_an_unsupported_version_gets_advice_that_fits_it(version: int, advice: str) -> None:
+    envelope = {"data": "", "shape": [0, 1, 1], "dtype": "uint8", "schema": "r3wire.routes", "version": version}
+    with pytest.raises(r3wire.UnsupportedVersionError) as info:
+        r3wire.decode_routes(envelope)
+    assert advice in str(info.value)
+    frame = bytearray(r3wire.encode_routes_frame(np.zeros((1, 1, 1), np.uint8)))
+    frame[4] = max(version, 0)
+    with pytest.raises(r3wire.UnsupportedVersionError) as info:
+        r3wire.decode_routes_frame(bytes(frame))
+    assert advice in str(info.value)

@@ -214,6 +214,8 @@ def as_text(data: object, field: str | None, expected: str, *, buffers: bool = T
     if isinstance(data, np.generic) or (not buffers and not isinstance(data, memoryview)):
         # A NumPy scalar has a buffer too: np.uint8(49) is not the text "1".
         raise DecodeError.make(field, expected, cls.__name__, raw=True)
+    if isinstance(data, np.ma.MaskedArray):  # its mask is not in its bytes: the hidden bytes would be read as text
+        raise DecodeError.make(field, expected, "a numpy.ma.MaskedArray (its mask is not part of its bytes)", raw=True)
     try:
         view = memoryview(data)  # type: ignore[arg-type]  # any object with a buffer; checked here
     except TypeError:

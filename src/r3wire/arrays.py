@@ -114,7 +114,7 @@ def decode_array(
 
     Raises:
         DecodeError: the payload is malformed or breaks a limit; the message names the field.
-        UnsupportedVersionError: the payload's schema version is newer than this release reads.
+        UnsupportedVersionError: the payload's schema version is not one this release reads.
         R3WireError: ``dtypes`` is not a non-empty collection of wire dtype names, ``ndim`` is not an integer in
             ``0 .. 32``, or ``max_elements`` is not an integer in ``0 .. 2**63`` (bools refused); checked before the
             payload is read, and not a :class:`DecodeError`.

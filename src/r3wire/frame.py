@@ -49,6 +49,7 @@ from r3wire.schema import (
     KEY_VERSION,
     ROUTE_DTYPES,
     WIRE_DTYPES,
+    _version_advice,
     bits_for_max_id,
     dtype_for_max_id,
 )
@@ -324,7 +325,7 @@ def decode_routes_frame(
     if raw.size > 4 and raw[4] != FRAME_VERSION:
         raise UnsupportedVersionError(
             f"{KEY_VERSION} {raw[4]} of the routes frame is not supported by this release of r3wire, which reads "
-            f"versions [{FRAME_VERSION}]; upgrade r3wire to read newer frames",
+            f"versions [{FRAME_VERSION}]; {_version_advice(int(raw[4]), FRAME_VERSION, 'frames')}",
             field=KEY_VERSION,
             version=int(raw[4]),
             supported=(FRAME_VERSION,),

@@ -453,7 +453,7 @@ def decode_logprobs(
     Raises:
         DecodeError: the payload is malformed, breaks a limit, or carries a NaN or infinity; the message names
             the field (``data[i]`` for a value).
-        UnsupportedVersionError: the payload's schema version is newer than this release reads.
+        UnsupportedVersionError: the payload's schema version is not one this release reads.
         R3WireError: ``ndim`` or ``max_elements`` is invalid.
     """
     if ndim is not None:

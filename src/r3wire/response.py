@@ -1679,7 +1679,8 @@ def loads(
     :func:`~r3wire.decode_array` or :func:`~r3wire.decode_logprobs`; a malformed one is an error, not left as a
     dict, and so is one with a member name twice (JSON parsers keep one of them silently). Every other object
     stays a dict: the seed's unversioned ``{data, shape, dtype}`` envelope and other wire formats are not
-    recognised, since nothing in them says they are routes. Decoded arrays are writable and own their memory.
+    recognised, since nothing in them says they are routes. Decoded arrays are writable and never share memory
+    with the input (each is a view of the buffer its base64 was decoded into, not of the text).
     Text that ``orjson.loads`` refuses is always refused.
 
     Args:
@@ -1703,7 +1704,7 @@ def loads(
             such as ``1e400``, is named at its path), or an envelope in it is malformed, or a parsed document holds a
             reference cycle or shares containers past that limit; the field is a path such as
             ``$.choices[0].routed_experts.shape``.
-        UnsupportedVersionError: an envelope's schema version is newer than this release reads.
+        UnsupportedVersionError: an envelope's schema version is not one this release reads.
         R3WireError: ``num_experts`` or ``max_elements`` is invalid.
     """
     num_experts = optional_num_experts(num_experts)

@@ -119,7 +119,7 @@ def decode_routes(
     Raises:
         DecodeError: the payload is malformed (JSON text naming a member twice included), inconsistent or breaks
             a limit; the message names the field, what was expected and what was got.
-        UnsupportedVersionError: the payload's schema version is newer than this release reads.
+        UnsupportedVersionError: the payload's schema version is not one this release reads.
         R3WireError: ``num_experts`` or ``max_elements`` is invalid.
     """
     expected_experts = optional_num_experts(num_experts)

@@ -150,12 +150,19 @@ class Schema:
         if version not in supported:
             raise UnsupportedVersionError(
                 f"{KEY_VERSION} {describe(version)} of schema {name!r} is not supported by this release of r3wire, "
-                f"which reads versions {list(supported)}; upgrade r3wire to read newer payloads",
+                f"which reads versions {list(supported)}; {_version_advice(version, max(supported), 'payloads')}",
                 field=KEY_VERSION,
                 version=version,
                 supported=supported,
             )
         return cls(name=name, version=version)
+
+
+def _version_advice(version: int, newest: int, what: str) -> str:
+    """What a reader can do about an unsupported version: upgrade for a newer one; nothing for one below 1."""
+    if version > newest:
+        return f"upgrade r3wire to read newer {what}"
+    return f"no release of r3wire reads version {describe(version)} (versions start at 1)"
 
 
 ROUTES_SCHEMA: Final = Schema(name="r3wire.routes", version=1)

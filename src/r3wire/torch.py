@@ -210,7 +210,7 @@ def decode_routes_tensor(
 
     Raises:
         DecodeError: the payload is malformed, inconsistent or breaks a limit (see :func:`r3wire.decode_routes`).
-        UnsupportedVersionError: the payload's schema version is newer than this release reads.
+        UnsupportedVersionError: the payload's schema version is not one this release reads.
         R3WireError: ``num_experts``, ``max_elements``, ``device`` or ``pin_memory`` is invalid (the device is
             checked before the payload is decoded; see :func:`to_tensor`, which also says what torch raises).
     """
@@ -236,7 +236,7 @@ def decode_array_tensor(
 
     Raises:
         DecodeError: the payload is malformed, its dtype is not allowed, or it breaks a limit.
-        UnsupportedVersionError: the payload's schema version is newer than this release reads.
+        UnsupportedVersionError: the payload's schema version is not one this release reads.
         R3WireError: ``dtypes`` is not a dtype name or a collection of them, or names a dtype torch cannot hold;
             or ``ndim``, ``max_elements``, ``device`` or ``pin_memory`` is invalid (see :func:`to_tensor`).
     """

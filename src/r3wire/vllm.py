@@ -497,7 +497,7 @@ def decode_completion(
     Raises:
         DecodeError: a field is missing or malformed (named within the fragment: ``logprobs.shape``,
             ``routed_experts.data``...), or logprobs and token ids differ in length (both lengths named).
-        UnsupportedVersionError: an envelope's schema version is newer than this release reads.
+        UnsupportedVersionError: an envelope's schema version is not one this release reads.
         R3WireError: ``num_experts``, ``max_elements``, ``request_id`` or ``floor`` is invalid.
     """
     num_experts = optional_num_experts(num_experts)
