@@ -1214,8 +1214,12 @@ def _differs(a: Array, b: Array) -> bool:
     if a.nbytes <= _SMALL_BYTES:
         return a.tobytes() != b.tobytes()
     if a.dtype.itemsize < 8 and a.nbytes % 8 == 0:
-        # reshape(-1) is C-contiguous (a view, or a copy of a strided call): viewable as 8-byte words.
-        a, b = a.reshape(-1).view(np.uint64), b.reshape(-1).view(np.uint64)
+        # As 8-byte words only when both flatten to C-contiguous memory: reshape(-1) of a strided, reversed or
+        # broadcast array may be a view with one non-unit (or zero) stride, which NumPy cannot view as wider
+        # items. Anything else is compared element by element.
+        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+        if flat_a.flags.c_contiguous and flat_b.flags.c_contiguous:
+            a, b = flat_a.view(np.uint64), flat_b.view(np.uint64)
     return bool(np.count_nonzero(a != b))
 
 
@@ -1628,7 +1632,7 @@ class RouteTrace:
         compared = _both(earlier, now)
         differing = None
         if buf is not None and overlap > 0:
-            unequal = buf[begin : begin + overlap] != arr[:overlap]
+            unequal = _unequal(buf[begin : begin + overlap], arr[:overlap])
             # One flat reduction in the common case (the overlap agrees); rows are counted only when some differ
             # (a multi-axis any() costs several times more).
             if unequal.any():
@@ -2030,8 +2034,22 @@ def _both(first: Array | None, second: Array | None) -> Array | None:
     return both
 
 
+def _unequal(a: Array, b: Array) -> Array:
+    """``a != b`` element-wise, exactly: arrays of two integer dtypes are compared in :func:`_promote`'s common
+    dtype (NumPy 1.x compares uint64 with a signed dtype as float64, where ids past 2**53 that differ are equal).
+
+    Ids in the rows compared are non-negative (range-checked), so the common dtype holds them; a row not compared
+    (not replayed, may hold -1) is converted too, and its result is never read.
+    """
+    if a.dtype != b.dtype:
+        common = _promote(a.dtype, b.dtype)
+        a, b = a.astype(common, copy=False), b.astype(common, copy=False)
+    unequal: Array = a != b
+    return unequal
+
+
 def _check_overlap(recorded: Array, new: Array, begin: int, compared: Array | None = None) -> None:
-    differs = recorded != new
+    differs = _unequal(recorded, new)
     if compared is not None:
         differs &= compared[:, None, None]  # rows not replayed on either side are never compared
     if differs.any():
