@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import tracemalloc
+from collections.abc import Callable
 from typing import Any
 from unittest.mock import patch
 
 import numpy as np
 import pytest
 
-from r3wire import R3WireError, RouteTrace, batching
+from r3wire import R3WireError, RouteTrace, batching, pack_routes, pad_routes, pad_sequences, validate_routes
 
 Array = np.ndarray[Any, Any]
 
@@ -85,3 +87,94 @@ def test_unequal_is_exact_for_mixed_dtypes() -> None:
         assert batching._unequal(a, b).tolist() == [True, False, False]
     promote.assert_called_once_with(a.dtype, b.dtype)  # cast explicitly, whatever NumPy's own promotion is
     assert batching._unequal(b, a).tolist() == [True, False, False]
+
+
+# --- 2: token_lengths / offsets given as a long array are counted before they are read ------------------------
+
+
+def _peak_bytes(call: Callable[[], object]) -> int:
+    tracemalloc.start()
+    try:
+        with pytest.raises(R3WireError) as info:
+            call()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert info.value.field in ("token_lengths", "offsets")
+    assert "got 4194304" in str(info.value)
+    return peak
+
+
+_LONG = np.broadcast_to(np.int64(3), (1 << 22,))  # 8 bytes of data declaring 2**22 lengths
+_ONE = np.zeros((2, 1, 1), np.uint8)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: pad_routes([_ONE], token_lengths=_LONG),
+        lambda: pack_routes([_ONE], token_lengths=_LONG),
+        lambda: validate_routes([_ONE], token_lengths=_LONG),
+        lambda: pad_sequences([np.zeros(2)], offsets=_LONG, side="right"),
+        lambda: pad_sequences([np.zeros(2)], token_lengths=_LONG),
+    ],
+    ids=["pad_routes", "pack_routes", "validate_routes", "pad_sequences offsets", "pad_sequences token_lengths"],
+)
+def test_long_lengths_array_refused_before_it_is_read(call: Callable[[], object]) -> None:
+    # A list of 2**22 ints would take over 100 MiB: the count is compared with the array's shape first.
+    assert _peak_bytes(call) < 1 << 20
+
+
+def test_long_lengths_array_refused_with_trace_samples() -> None:
+    trace = RouteTrace(num_experts=8)
+    trace.add(_ONE, start=0, token_ids=[1, 2, 3])
+    assert _peak_bytes(lambda: pad_routes([trace], token_lengths=_LONG)) < 1 << 20
+
+
+# --- 5: a batch given as one array is bounded by its shape before any sample is converted ---------------------
+
+
+_MANY = 100_000
+
+
+@pytest.mark.parametrize(
+    ("name", "call"),
+    [
+        ("_as_routes", lambda s: pad_routes(s, side="right", max_elements=10)),
+        ("_as_routes", lambda s: pack_routes(s, max_elements=10)),
+        ("_as_routes", lambda s: validate_routes(s, max_elements=10)),
+        ("_as_routes", lambda s: pad_routes(s, token_lengths=[1, 1, 1])),
+        ("_as_routes", lambda s: pack_routes(s, token_lengths=np.ones(3, np.int64))),
+        ("_as_values", lambda s: pad_sequences(s[:, :, 0, 0], side="right", max_elements=10)),
+        ("_as_values", lambda s: pad_sequences(s[:, :, 0, 0], offsets=[0, 0], side="right")),
+    ],
+)
+def test_array_batch_bounded_before_samples_are_converted(name: str, call: Callable[[Array], object]) -> None:
+    samples = np.broadcast_to(np.uint8(0), (_MANY, 1, 1, 1))  # one byte declaring 10**5 samples
+    with patch.object(batching, name, wraps=getattr(batching, name)) as convert, pytest.raises(R3WireError) as info:
+        call(samples)
+    assert info.value.field in ("samples", "values", "token_lengths", "offsets")
+    assert convert.call_count == 0
+
+
+def test_empty_array_batch_of_many_samples_is_bounded() -> None:
+    # No element at all, yet 2**31 samples to convert one by one: held to max_elements through its non-zero
+    # dimensions, as every empty shape is.
+    samples = np.empty((1 << 31, 0, 1, 1), np.uint8)
+    with patch.object(batching, "_as_routes", wraps=batching._as_routes) as convert:
+        with pytest.raises(R3WireError) as info:
+            pad_routes(samples, side="right")
+        with pytest.raises(R3WireError):
+            pad_sequences(samples[:, :, 0, 0], side="right")
+    assert info.value.field == "samples"
+    assert convert.call_count == 0
+
+
+def test_array_batch_within_bounds_still_pads() -> None:
+    samples = np.broadcast_to(np.arange(2, dtype=np.uint8), (3, 2, 1, 2))
+    padded, mask = pad_routes(samples, token_lengths=np.array([3, 3, 3]), num_experts=4)
+    assert padded.shape == (3, 3, 1, 2)
+    assert mask[:, :2].sum() == 0
+    values, vmask = pad_sequences(np.ones((2, 2)), offsets=np.array([1, 0]), token_lengths=[3, 3])
+    assert values.tolist() == [[0, 1, 1], [1, 1, 0]]
+    assert vmask.tolist() == [[True, False, False], [False, False, True]]

@@ -151,6 +151,32 @@ def _uniform(
     return arrays
 
 
+def _sizes_first(
+    samples: object, field: str, max_elements: object, token_lengths: object, offsets: object = None
+) -> tuple[Any, Any]:
+    """Sizes before contents for a batch given as one array or tensor (its samples stacked on axis 0).
+
+    Each sample is converted on its own (microseconds each), and a broadcast view declares any number of them in
+    a few bytes; the shape is what the batch declares, so it is held to ``max_elements`` first (the output holds
+    at least as many elements; an empty shape through its non-zero dimensions), and ``token_lengths`` and
+    ``offsets`` are counted against its first axis, before any sample is converted. Returns them as lists of
+    ints (what the later checks take as they are), unchanged for any other batch: a sequence holds its samples.
+    """
+    if not (isinstance(samples, np.ndarray) or is_tensor(samples)):
+        return token_lengths, offsets
+    shape = [int(size) for size in samples.shape]  # type: ignore[attr-defined]  # an array or a tensor
+    # Not samples stacked on a token axis (converting the first one refuses it), or no sample to convert.
+    if len(shape) < 2 or not shape[0]:
+        return token_lengths, offsets
+    check_element_count(shape, optional_max_elements(max_elements), field, error=R3WireError)
+    count = shape[0]
+    if token_lengths is not None:
+        token_lengths = _int_list(token_lengths, "token_lengths", count, "one length per sample")
+    if offsets is not None:
+        offsets = _int_list(offsets, "offsets", count, "one offset per sample")
+    return token_lengths, offsets
+
+
 def _samples(samples: object, field: str = "samples") -> list[Array]:
     return _uniform(
         samples,
@@ -298,6 +324,9 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
     if isinstance(value, np.ndarray):
         if value.ndim != 1 or value.dtype.kind not in "iu":
             raise _fail(field, "a 1-d integer sequence", f"{value.dtype} {list(value.shape)}")
+        # Counted before it is read: a broadcast view declares any length in a few bytes.
+        if value.shape[0] != count:
+            raise _fail(field, f"{count} {'integer' if count == 1 else 'integers'} ({what})", value.shape[0])
         values: Sequence[object] = value.tolist()
     elif is_sequence(value) and not isinstance(value, (str, bytes)):
         values = copy_list(value, most=count + 1)  # counted and read once: a caller's __len__ may lie
@@ -498,12 +527,14 @@ def validate_routes(
         num_experts: the model's expert count.
         token_lengths: each trajectory's token count, when it differs from its route rows.
         max_elements: the most ids (summed over the samples) to read, as :func:`pack_routes` would copy them;
-            ``None`` is the decoders' default limit. Checked before any id is read.
+            ``None`` is the decoders' default limit. Checked before any id is read (a batch given as one array or
+            tensor, by its shape before any sample is converted).
 
     Raises:
         R3WireError: the first broken rule, or the samples exceed ``max_elements``; the message names the sample
             and, for an id, its row, layer and slot.
     """
+    token_lengths, _ = _sizes_first(samples, "samples", max_elements, token_lengths)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     if arrays:
@@ -625,7 +656,9 @@ def pad_routes(
             position), take consecutive ids modulo ``num_experts`` (row ``g`` holds ``(g * top_k + j) %
             num_experts`` for slot ``j``, in every layer), so each expert receives the same number of padding
             slots per layer to within one and no expert-parallel rank gets every padding token. Deterministic.
-        max_elements: the largest ``padded`` (in ids) to allocate; ``None`` is the decoders' default limit.
+        max_elements: the largest ``padded`` (in ids) to allocate; ``None`` is the decoders' default limit. A
+            batch given as one array or tensor is held to it by its own shape (and ``token_lengths`` counted
+            against its first axis) before any sample is converted.
         replayed: per sample, ``None`` or a bool ``[rows_i]`` array, ``True`` where the row was replayed (what
             :attr:`r3wire.formats.ReadResult.mask` holds: Fireworks BITMAP and ``null`` rows). Rows marked
             ``False`` are neither checked nor copied: they become padding rows, ``True`` in ``mask``.
@@ -649,6 +682,7 @@ def pad_routes(
             a token length below a trace's rows or recorded tokens.
     """
     samples, token_lengths, replayed = _from_traces(samples, token_lengths, replayed)
+    token_lengths, _ = _sizes_first(samples, "samples", max_elements, token_lengths)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     kind = _fill_kind(fill, n_experts)
@@ -920,6 +954,8 @@ def pad_sequences(
         offsets: the trajectory position of each sample's first value (default 0).
         max_len: the padded length; default the longest token length.
         max_elements: the largest ``padded`` (in elements) to allocate; ``None`` is the decoders' default limit.
+            A batch given as one array or tensor is held to it by its own shape (and ``token_lengths`` and
+            ``offsets`` counted against its first axis) before any sample is converted.
 
     Returns:
         ``(padded, mask)``: ``padded`` ``[batch, max_len, *rest]``, and bool ``mask`` ``[batch, max_len]``,
@@ -935,6 +971,7 @@ def pad_sequences(
             ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match or may share memory
             with a sample.
     """
+    token_lengths, offsets = _sizes_first(values, "values", max_elements, token_lengths, offsets)
     same = _same_vectors(values)
     arrays = same
     if arrays is None:
@@ -1049,7 +1086,9 @@ def pack_routes(
         num_experts: the model's expert count: fixes the dtype and bounds the ids, as for :func:`pad_routes`.
         check: also require distinct ids within each row.
         fill: what padding rows hold, as for :func:`pad_routes` (``"balanced"`` needs ``num_experts``).
-        max_elements: the largest ``flat`` (in ids) to allocate; ``None`` is the decoders' default limit.
+        max_elements: the largest ``flat`` (in ids) to allocate; ``None`` is the decoders' default limit. A batch
+            given as one array or tensor is held to it by its own shape (and ``token_lengths`` counted against
+            its first axis) before any sample is converted.
 
     Returns:
         ``(flat, cu_seqlens)``: ``flat`` ``[sum(rows_i), layers, top_k]`` (``[0, 0, 0]`` for an empty batch) and
@@ -1065,6 +1104,7 @@ def pack_routes(
             without ``token_lengths``.
     """
     samples, token_lengths, replayed = _from_traces(samples, token_lengths, replayed, lengths_required=True)
+    token_lengths, _ = _sizes_first(samples, "samples", max_elements, token_lengths)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     kind = _fill_kind(fill, n_experts)

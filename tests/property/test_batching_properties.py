@@ -1007,3 +1007,47 @@ def test_whatever_pads_without_token_lengths_puts_row_j_beside_token_j(
         assert len(replayed) == r
         assert grid[i, replayed].tolist() == list(range(r))  # row j beside token j
         assert (padded[i, replayed] == i).all()
+
+
+@given(
+    batch=st.integers(0, 4),
+    rows=st.integers(0, 3),
+    lengths=st.one_of(st.none(), st.lists(st.integers(0, 5), max_size=5)),
+    as_array=st.booleans(),
+    max_elements=st.one_of(st.none(), st.integers(0, 40)),
+    call=st.sampled_from(["pad", "pack", "validate", "values"]),
+)
+def test_array_batch_pads_as_its_list_of_samples(
+    *, batch: int, rows: int, lengths: list[int] | None, as_array: bool, max_elements: int | None, call: str
+) -> None:
+    """A batch given as one (broadcast) array gives what the list of its samples gives (review 9a, 2 and 5): its
+    shape and the count of ``token_lengths`` are checked first, so only where the refusal is named differs."""
+    samples = np.broadcast_to(np.arange(2, dtype=np.uint8), (batch, rows, 3, 2))
+    given: Any = None if lengths is None else (np.array(lengths, np.int64) if as_array else lengths)
+
+    def run(batch_of: Any) -> Callable[[], Any]:
+        if call == "pad":
+            return lambda: pad_routes(batch_of, token_lengths=given, side="right", max_elements=max_elements)
+        if call == "pack":
+            return lambda: pack_routes(batch_of, token_lengths=given, max_elements=max_elements)
+        if call == "validate":
+            return lambda: validate_routes(batch_of, token_lengths=given, max_elements=max_elements)
+        values = batch_of[:, :, 0, 0] if isinstance(batch_of, np.ndarray) else [v[:, 0, 0] for v in batch_of]
+        return lambda: pad_sequences(values, token_lengths=given, side="right", max_elements=max_elements)
+
+    whole, whole_error = _attempt(run(samples))
+    listed, listed_error = _attempt(run(list(samples)))
+    if listed_error is None:
+        if whole_error is not None:
+            # Zero-row samples: the array's shape is held through its non-zero dimensions, as every empty shape
+            # (2**31 of them are 2**31 conversions), where packing or validating them reads no id.
+            assert rows == 0
+            assert whole_error.startswith(("samples:", "values:"))
+            return
+        assert repr(whole) == repr(listed)
+        return
+    assert whole_error is not None
+    if whole_error != listed_error:  # refused by the batch's own shape first, where the list's output was named
+        whole_field, listed_field = whole_error.split(":")[0], listed_error.split(":")[0]
+        assert whole_field in {"samples", "values"}
+        assert listed_field in {"padded", "flat", "samples", "values"} or listed_field.startswith("token_lengths")
