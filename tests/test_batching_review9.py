@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import tracemalloc
 from collections.abc import Callable
+from importlib.util import find_spec
 from typing import Any
 from unittest.mock import patch
 
 import numpy as np
 import pytest
 
-from r3wire import R3WireError, RouteTrace, batching, pack_routes, pad_routes, pad_sequences, validate_routes
+from r3wire import (
+    R3WireError,
+    RouteTrace,
+    batching,
+    formats,
+    pack_routes,
+    pad_routes,
+    pad_sequences,
+    validate_routes,
+)
 
 Array = np.ndarray[Any, Any]
 
@@ -178,3 +188,111 @@ def test_array_batch_within_bounds_still_pads() -> None:
     values, vmask = pad_sequences(np.ones((2, 2)), offsets=np.array([1, 0]), token_lengths=[3, 3])
     assert values.tolist() == [[0, 1, 1], [1, 1, 0]]
     assert vmask.tolist() == [[True, False, False], [False, False, True]]
+
+
+# --- 3: rows a format places from token 0 go there, whatever token_ids the caller gives -----------------------
+
+
+def _truth() -> Array:
+    rng = np.random.default_rng(0)
+    return np.stack([np.stack([rng.permutation(16)[:2] for _ in range(2)]) for _ in range(20)]).astype(np.uint8)
+
+
+_TRAJECTORY = list(range(100, 116))  # the finished 16-token trajectory
+_ZSTD = pytest.mark.skipif(find_spec("zstandard") is None, reason="fireworks-r3v1 needs zstandard")
+
+
+def _fireworks(rows: Array, form: str, mask: Array | None = None) -> Any:
+    payload = formats.write(rows, format=form, mask=mask)
+    return formats.read(payload, format=form, num_layers=2, top_k=2)
+
+
+@pytest.mark.parametrize(
+    ("form", "masked"),
+    [
+        pytest.param("fireworks-r3v1", False, marks=_ZSTD, id="r3v1 ALL"),
+        pytest.param("fireworks-r3v1", True, marks=_ZSTD, id="r3v1 BITMAP"),
+        pytest.param("fireworks-trace", False, marks=_ZSTD, id="trace ALL"),
+        pytest.param("fireworks-matrices", False, id="matrices"),
+        pytest.param("fireworks-matrices", True, id="matrices with nulls"),
+    ],
+)
+def test_fireworks_rows_land_at_their_true_positions(form: str, masked: bool) -> None:
+    """The review's repro: turn 2's payload holds rows 0..12; the caller passes the whole 16-token trajectory."""
+    truth = _truth()
+    trace = RouteTrace(num_experts=16)
+    trace.add(truth[:7], token_ids=_TRAJECTORY[:8])  # turn 1: 8 tokens, 7 rows
+    sent = np.ones(13, dtype=bool)
+    if masked:
+        sent[[2, 9]] = False  # rows the engine did not replay (zeros in the payload)
+    result = _fireworks(truth[:13], form, sent if masked else None)
+    assert result.start is None
+    trace.add_result(result, token_ids=_TRAJECTORY)  # 16 tokens: more than the call's; rows still from 0
+    routes, captured = trace.finalize()  # at the 16 recorded tokens
+    assert captured == 13
+    assert trace.conflicts == 0
+    replayed = np.ones(13, dtype=bool) if trace.replayed is None else trace.replayed
+    assert replayed.tolist() == [*[True] * 7, *sent[7:].tolist()]  # turn 1 replayed rows 0 .. 6
+    assert [p for p in range(13) if replayed[p] and not np.array_equal(routes[p], truth[p])] == []
+    assert trace.token_ids is not None
+    assert trace.token_ids.tolist() == _TRAJECTORY
+
+
+@pytest.mark.parametrize(
+    "form",
+    [
+        pytest.param("fireworks-r3v1", marks=_ZSTD),
+        pytest.param("fireworks-trace", marks=_ZSTD),
+        "fireworks-matrices",
+    ],
+)
+def test_fireworks_rows_refused_where_the_tokens_cannot_hold_them(form: str) -> None:
+    truth = _truth()
+    result = _fireworks(truth[:13], form)
+    trace = RouteTrace(num_experts=16)
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result, token_ids=_TRAJECTORY[:12])  # 12 tokens for rows 0 .. 12
+    assert caught.value.field == "token_ids"
+    assert caught.value.got == "12 token ids"
+    if result.total_tokens is not None:
+        assert "result.total_tokens=13" in str(caught.value)
+    else:
+        assert "rows 0 .. 12" in str(caught.value)
+    assert trace.rows == 0
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result, token_ids=_TRAJECTORY, start=2)  # not where the format puts row 0
+    assert caught.value.field == "start"
+    assert "None or 0" in str(caught.value)
+    trace.add_result(result, token_ids=_TRAJECTORY[:13], start=0)  # exactly as many tokens as rows: accepted
+    assert trace.rows == 13
+
+
+@_ZSTD
+def test_total_tokens_bounds_the_tokens_given_for_a_suffix_payload() -> None:
+    truth = _truth()
+    payload = formats.write(truth[4:10], format="fireworks-r3v1", start=4, total_tokens=14)
+    result = formats.read(payload, format="fireworks-r3v1", num_layers=2, top_k=2)
+    assert (result.start, result.total_tokens) == (4, 14)
+    trace = RouteTrace(num_experts=16)
+    trace.add(truth[:4], start=0, token_ids=_TRAJECTORY[:5])
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result, token_ids=_TRAJECTORY[:12])  # holds rows 4 .. 9, not the 14 tokens declared
+    assert caught.value.field == "token_ids"
+    assert "result.total_tokens=14" in str(caught.value)
+    trace.add_result(result, token_ids=_TRAJECTORY[:14])
+    assert np.array_equal(trace.finalize()[0], truth[:10])
+
+
+def test_a_known_start_bounds_the_tokens_given() -> None:
+    # A hand-built result with its own start (prime-rl's sidecar): rows 3 .. 5 need 6 tokens.
+    truth = _truth()
+    result = formats.ReadResult(routes=truth[3:6], format="prime-rl", start=3)
+    trace = RouteTrace(num_experts=16)
+    trace.add(truth[:3], start=0, token_ids=_TRAJECTORY[:4])
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result, token_ids=_TRAJECTORY[:5])
+    assert caught.value.field == "token_ids"
+    assert "rows 3 .. 5" in str(caught.value)
+    assert "result.start=3" in str(caught.value)
+    trace.add_result(result, token_ids=_TRAJECTORY[:7])
+    assert np.array_equal(trace.finalize()[0], truth[:6])

@@ -1378,6 +1378,25 @@ def _result_tokens(result: ReadResult, token_ids: object, limit: int) -> Array:
     return tokens
 
 
+def _check_span(count: int, total: int | None, first: int, rows: int, source: str) -> None:
+    """Refuse a call's ``count`` token ids that cannot hold the rows a result places at ``first`` (``source`` says
+    why there), or the ``total`` tokens its payload declares (``result.total_tokens``)."""
+    if total is not None and count < total:
+        raise _fail(
+            "token_ids",
+            f"at least result.total_tokens={total} token ids (the sequence the payload declares, from position 0; "
+            "token_ids are the call's whole sequence, prompt + completion)",
+            f"{count} token ids",
+        )
+    if count < first + rows:
+        raise _fail(
+            "token_ids",
+            f"at least {first + rows} token ids for rows {first} .. {first + rows - 1} ({source}; token_ids are "
+            "the call's whole sequence, prompt + completion)",
+            f"{count} token ids",
+        )
+
+
 def _replayed_rows(routes: Array, mask: object, missing_id: int) -> Array | None:
     """The rows to replay: ``mask`` (None: all), less the rows that are ``missing_id`` throughout; a row that is
     ``missing_id`` in some replayed slots only raises."""
@@ -1589,8 +1608,10 @@ class RouteTrace:
                 ``None`` (needs ``token_ids``): derived from the end, ``len(token_ids) - 1 - n``. Every engine's
                 rows, full or delta (vLLM, SGLang, prime-rl, a decode node), end at the call's last forwarded
                 token, the one before its last sampled token, so this places them without the caller counting
-                (and ``ReadResult.start`` may be passed as it is, ``None`` where a format carries no start). Rows
-                that cover every token of ``token_ids`` (a prefill node's) need an explicit ``start``.
+                (and ``ReadResult.start`` may be passed as it is, ``None`` where a format carries no start, except
+                for Fireworks ALL / BITMAP and per-token matrices, whose rows start at token 0:
+                :meth:`add_result` places them there). Rows that cover every token of ``token_ids`` (a prefill
+                node's) need an explicit ``start``.
             token_ids: the call's full token sequence (prompt + completion) from trajectory position 0. Must cover
                 the rows (``start + n <= len(token_ids)``) and agree with every recorded token on their common
                 length; tokens past the recorded ones are recorded.
@@ -1753,8 +1774,15 @@ class RouteTrace:
 
         - the routes: ``result.routes``, only the ``layers`` selected when given (``slice(3, None)`` drops the
           three dense layers a DeepSeek-V3 payload may carry as -1 rows);
-        - where they start: ``result.start`` (prime-rl's sidecar), else ``start`` (rows that cover every token of
-          the call, a prefill node's, need ``start=0``), else from the end as :meth:`add` places them;
+        - where they start: ``result.start`` (prime-rl's sidecar, a Fireworks SUFFIX payload's
+          ``replay_start_token``); for a format whose rows are token positions from 0 by definition (Fireworks
+          r3/v1 ALL and BITMAP, ``fireworks-trace`` of them, ``fireworks-matrices``), row ``i`` is token ``i``
+          whatever ``token_ids`` are given (the whole trajectory so far is fine: the rows still go from 0, and a
+          ``start`` other than 0 is refused); else ``start`` (rows that cover every token of the call, a prefill
+          node's, need ``start=0``), else from the end as :meth:`add` places them. Where the rows' place is known
+          (those formats, or ``result.start``), the call's tokens must hold them, and ``result.total_tokens``
+          when the payload declares it (Fireworks ``total_token_count``): fewer is refused naming
+          ``token_ids``, never placed elsewhere;
         - the call's tokens: ``result.call_token_ids()``. Where the body lacks the prompt's or the completion's
           ids, ``token_ids`` gives the call's whole sequence, checked against every id the body carries: it must
           start with ``result.prompt_token_ids``, end with ``result.token_ids``, and where the body carries both,
@@ -1774,13 +1802,15 @@ class RouteTrace:
             R3WireError: ``result`` is not a ``ReadResult``; the call's tokens are neither in the response nor
                 given, or the given ones disagree with the response's prompt or completion ids (the first
                 differing position and both tokens named); ``start`` is not an integer in ``0 .. 2**63-1`` or
-                differs from ``result.start``; ``layers`` is not a slice or a sequence (list, 1-d array or tensor)
+                differs from ``result.start`` (0 for rows from token 0); the given ``token_ids`` are fewer than
+                ``result.total_tokens`` or than the rows where they are placed from ``result.start`` or token 0;
+                ``layers`` is not a slice or a sequence (list, 1-d array or tensor)
                 of distinct layer indexes selecting at least one layer; the selected routes or the call's tokens
                 exceed ``max_elements``; a row is partly -1 (row, layer and slot named); the expert counts differ;
                 or anything :meth:`add` raises. The trace is unchanged when this is raised.
         """
         # Imported here: ``import r3wire`` does not import the formats package, and batching must not make it.
-        from r3wire.formats._common import MISSING_ROUTE, ReadResult  # noqa: PLC0415
+        from r3wire.formats._common import MISSING_ROUTE, ROWS_FROM_ZERO, ReadResult  # noqa: PLC0415
 
         if not isinstance(result, ReadResult):
             raise _fail("result", "a ReadResult (from r3wire.formats.read_response or read)", describe(result))
@@ -1790,10 +1820,18 @@ class RouteTrace:
                 f"{self._num_experts}, this trace's num_experts (the payload was written for another model)",
                 result.num_experts,
             )
+        # Where the format puts row 0: its own start, or token 0 for rows that are token positions by definition
+        # (Fireworks ALL / BITMAP, per-token matrices: no start because none is needed). Never from the end there:
+        # deriving it from the caller's token count shifted every row when more tokens were given than the call's.
+        placed, source = result.start, ""
+        if placed is not None:
+            source = f"the response's own start, result.start={placed}"
+        elif result.format in ROWS_FROM_ZERO:
+            placed, source = 0, f"{result.format} rows are token positions from 0: row i is token i"
         if start is not None:
             start = check_int(start, "start", minimum=0, maximum=MAX_DIM, error=R3WireError)
-            if result.start is not None and start != result.start:
-                raise _fail("start", f"None or {result.start} (the response's own start, result.start)", start)
+            if placed is not None and start != placed:
+                raise _fail("start", f"None or {placed} ({source})", start)
         n_rows, n_layers, top_k = result.routes.shape  # a 3-d integer array: checked by ReadResult
         picked = _layer_picks(n_layers, layers)
         # Sizes before contents: the call's ids and tokens are held to this trace's bound before any is read,
@@ -1805,11 +1843,13 @@ class RouteTrace:
         if picked is not None:
             routes = routes[:, picked]
         tokens = _result_tokens(result, token_ids, self._max_elements)
+        if placed is not None:
+            _check_span(tokens.shape[0], result.total_tokens, placed, n_rows, source)
         try:
             keep = _replayed_rows(routes, result.mask, MISSING_ROUTE)
             self.add(
                 routes,
-                start=result.start if result.start is not None else start,
+                start=placed if placed is not None else start,
                 token_ids=tokens,
                 on_conflict=on_conflict,
                 replayed=keep,
