@@ -296,3 +296,43 @@ def test_a_known_start_bounds_the_tokens_given() -> None:
     assert "result.start=3" in str(caught.value)
     trace.add_result(result, token_ids=_TRAJECTORY[:7])
     assert np.array_equal(trace.finalize()[0], truth[:6])
+
+
+# --- 6: a NumPy scalar fill is compared exactly with what is stored --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fill", "dtype"),
+    [
+        (np.int64(2**53 + 1), np.float64),
+        (np.uint64(2**64 - 1), np.float64),
+        (np.int64(2**63 - 1), np.float64),
+        (np.int32(2**24 + 1), np.float32),
+        (np.float64(0.1), np.float32),
+        (np.float64(2.5), np.int64),
+    ],
+)
+def test_numpy_fill_not_stored_exactly_is_refused(fill: Any, dtype: Any) -> None:
+    with pytest.raises(R3WireError) as caught:
+        pad_sequences([np.array([1], dtype=dtype)], token_lengths=[2], fill=fill)
+    assert caught.value.field == "fill"
+    assert f"exactly representable in {np.dtype(dtype).name}" in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("fill", "dtype"),
+    [
+        (np.int64(2**53), np.float64),
+        (np.uint8(3), np.float64),
+        (np.float32(0.1), np.float64),
+        (np.bool_(True), np.float64),
+        (np.float64(5.0), np.int64),
+        (np.uint64(2**64 - 1), np.uint64),
+        (np.float64("nan"), np.float32),
+    ],
+)
+def test_numpy_fill_stored_exactly_is_taken(fill: Any, dtype: Any) -> None:
+    padded, _ = pad_sequences([np.array([1], dtype=dtype)], token_lengths=[2], fill=fill)
+    stored = padded[0, 1].item()
+    expected = fill.item()
+    assert stored == expected or (np.isnan(stored) and np.isnan(expected))

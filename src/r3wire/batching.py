@@ -892,7 +892,10 @@ def _fill_value(fill: object, dtype: np.dtype[Any]) -> Array:
         stored = None
     if stored is not None:
         back = stored.item()
-        if back == fill or (isinstance(back, float) and math.isnan(back) and math.isnan(float(fill))):
+        # Compared as Python numbers: a NumPy integer scalar beside a float converts to float64 (np.int64(2**53 + 1)
+        # "equals" the 2**53 stored), where a Python int compares with a float exactly.
+        given = fill.item() if isinstance(fill, np.generic) else fill
+        if back == given or (isinstance(back, float) and math.isnan(back) and math.isnan(float(fill))):
             return stored
     raise _fail("fill", f"a value exactly representable in {dtype.name}", describe(fill))
 

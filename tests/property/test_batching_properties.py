@@ -1051,3 +1051,30 @@ def test_array_batch_pads_as_its_list_of_samples(
         whole_field, listed_field = whole_error.split(":")[0], listed_error.split(":")[0]
         assert whole_field in {"samples", "values"}
         assert listed_field in {"padded", "flat", "samples", "values"} or listed_field.startswith("token_lengths")
+
+
+@given(
+    fill_dtype=st.sampled_from(["?", "u1", "i2", "<i4", ">i8", "<u8", "f2", "<f4", ">f8"]),
+    out_dtype=st.sampled_from(["?", "u1", "i2", "i8", "u8", "f2", "f4", "f8"]),
+    data=st.data(),
+)
+def test_a_numpy_fill_is_stored_exactly_or_refused(fill_dtype: str, out_dtype: str, data: st.DataObject) -> None:
+    """A NumPy scalar ``fill`` is compared with what is stored as Python numbers (review 9a, 6): NumPy compares an
+    integer scalar with a float as float64, where ``np.int64(2**53 + 1)`` equals the 2**53 stored."""
+    kind = np.dtype(fill_dtype)
+    elements = hnp.from_dtype(kind, allow_infinity=False)
+    if kind.kind in "iu":  # integers just past what a float's mantissa holds, and the dtype's ends
+        low, high = int(np.iinfo(kind).min), int(np.iinfo(kind).max)
+        edges = [v for v in (2**11 + 1, 2**24 + 1, 2**53 + 1, high, high - 1, low) if low <= v <= high]
+        elements = st.one_of(elements, st.sampled_from(edges))
+    fill: Any = np.array(data.draw(elements), dtype=kind)[()]
+    refused: R3WireError | None = None
+    try:
+        padded, _ = pad_sequences([np.zeros(1, dtype=out_dtype)], token_lengths=[2], fill=fill)
+    except R3WireError as exc:
+        refused = exc
+    if refused is not None:
+        assert refused.field == "fill"
+        return
+    stored, given = padded[0, 1].item(), fill.item()
+    assert stored == given or (math.isnan(stored) and math.isnan(given))
