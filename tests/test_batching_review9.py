@@ -10,6 +10,7 @@ from unittest.mock import patch
 
 import numpy as np
 import pytest
+from numpy.lib.stride_tricks import as_strided
 
 from r3wire import (
     R3WireError,
@@ -336,3 +337,58 @@ def test_numpy_fill_stored_exactly_is_taken(fill: Any, dtype: Any) -> None:
     stored = padded[0, 1].item()
     expected = fill.item()
     assert stored == expected or (np.isnan(stored) and np.isnan(expected))
+
+
+# --- 7: check= is a bool -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [np.array([True, False]), np.array(True), "no", None, 1, np.empty(0, dtype=object)])
+@pytest.mark.parametrize("call", [pad_routes, pack_routes])
+def test_check_must_be_a_bool(call: Callable[..., object], value: object) -> None:
+    with pytest.raises(R3WireError) as caught:
+        call([np.zeros((2, 1, 1), np.uint8)], token_lengths=[3], check=value)
+    assert caught.value.field == "check"
+    assert "a bool" in str(caught.value)
+
+
+@pytest.mark.parametrize("value", [True, False, np.bool_(True), np.bool_(False)])
+def test_check_takes_bools(value: object) -> None:
+    repeated = np.array([[[1, 1]]], np.uint8)
+    if value:
+        with pytest.raises(R3WireError, match="distinct expert ids"):
+            pad_routes([repeated], token_lengths=[2], check=value)  # type: ignore[arg-type]
+    else:
+        pad_routes([repeated], token_lengths=[2], check=value)  # type: ignore[arg-type]
+
+
+# --- 8: an out= whose cells alias each other -------------------------------------------------------------------
+
+
+def test_out_with_a_zero_stride_is_refused() -> None:
+    a = np.array([[[1, 2]], [[3, 4]]], np.uint8)
+    b = np.array([[[5, 6]]], np.uint8)
+    row = np.zeros((3, 1, 2), np.uint8)
+    out = as_strided(row, (2, 3, 1, 2), (0, *row.strides), writeable=True)
+    with pytest.raises(R3WireError) as caught:
+        pad_routes([a, b], token_lengths=[3, 3], num_experts=8, out=out)
+    assert caught.value.field == "out"
+    assert "zero stride" in str(caught.value)
+    assert "axis 0" in str(caught.value)
+    cells = np.zeros(3, np.float64)
+    grid = as_strided(cells, (2, 3), (cells.strides[0], 0), writeable=True)
+    with pytest.raises(R3WireError) as caught:
+        pad_sequences([np.ones(3), np.ones(2)], out=grid, max_len=3, side="right")
+    assert caught.value.field == "out"
+    assert "axis 1" in str(caught.value)
+
+
+def test_out_with_a_zero_stride_on_a_single_cell_axis_is_taken() -> None:
+    cells = np.zeros((3, 1, 2), np.uint8)
+    out = as_strided(cells, (1, 3, 1, 2), (0, *cells.strides), writeable=True)  # one sample: nothing aliases
+    padded, mask = pad_routes([np.array([[[1, 2]]], np.uint8)], token_lengths=[2], max_len=3, num_experts=8, out=out)
+    assert padded is out
+    assert padded[0, :, 0].tolist() == [[0, 1], [1, 2], [0, 1]]
+    assert mask.tolist() == [[True, False, True]]
+    empty = as_strided(np.zeros(1, np.float64), (0, 4), (0, 0), writeable=True)
+    values, _ = pad_sequences([], out=empty, max_len=4)
+    assert values.shape == (0, 4)

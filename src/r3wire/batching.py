@@ -433,6 +433,14 @@ def _fill_kind(fill: object, n_experts: int | None) -> str:
     return kind
 
 
+def _flag(value: object, field: str) -> bool:
+    """``value`` as a bool: ``True``, ``False`` or a NumPy bool, nothing else (an array's truth is ambiguous, and a
+    truthy string such as ``"no"`` would read as ``True``)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise _fail(field, "a bool (True or False)", describe(value))
+    return bool(value)
+
+
 def _replayed(value: object, rows: Sequence[int]) -> list[Array | None]:
     """Each sample's row mask (``True`` = replay), or ``None`` where every row is replayed."""
     if value is None:
@@ -646,10 +654,12 @@ def pad_routes(
         num_experts: the model's expert count. Fixes the batch dtype to :func:`r3wire.route_dtype`
             (identical on every rank and step) and requires every id to be below it.
         max_len: the padded length (e.g. the token batch's sequence length); default the longest token length.
-        check: also run :func:`validate_routes`' costlier rule: ids distinct within each row.
+        check: also run :func:`validate_routes`' costlier rule: ids distinct within each row. A bool (``True``,
+            ``False`` or a NumPy bool); anything else is refused.
         out: a writable array of exactly the output shape and batch dtype to fill instead of allocating one
             (a reused or pinned buffer), sharing no memory with any sample (the output is written in one pass;
-            memory bounds are compared, so a sample inside ``out``'s address range is refused). Its contents are
+            memory bounds are compared, so a sample inside ``out``'s address range is refused), and whose cells
+            do not alias each other (a zero stride on an axis longer than 1 is refused). Its contents are
             unspecified if an error is raised.
         fill: what padding rows hold. ``"arange"``: ``0 .. top_k - 1`` in every row and layer. ``"balanced"``
             (needs ``num_experts``): the batch's padding rows, numbered in order (sample by sample, position by
@@ -673,19 +683,20 @@ def pad_routes(
         R3WireError: a sample is not a 3-d integer array, its shape is out of bounds, samples disagree on
             ``[layers, top_k]``, ``layers < 1`` or ``top_k < 1``, ``side="left"`` without ``token_lengths``, a
             sample has more rows than its token length, a length exceeds ``max_len``, the output exceeds
-            ``max_elements``, an id is negative, does not fit
-            the batch dtype or is ``>= num_experts`` (the message names sample, row, layer and slot), ids repeat
-            within a row (``check=True``), ``fill`` is unknown or ``"balanced"`` without ``num_experts``, or
-            ``out`` does not match or may share memory with a sample, or ``replayed`` does not hold one bool
-            ``[rows_i]`` array (or ``None``) per sample. With :class:`RouteTrace` samples: one that is not a
-            trace, ``replayed`` given, a trace never added to, one without token ids and no ``token_lengths``, or
-            a token length below a trace's rows or recorded tokens.
+            ``max_elements``, an id is negative, does not fit the batch dtype or is ``>= num_experts`` (the
+            message names sample, row, layer and slot), ids repeat within a row (``check=True``), ``check`` is not
+            a bool, ``fill`` is unknown or ``"balanced"`` without ``num_experts``, or ``out`` does not match, may
+            share memory with a sample or has a zero stride on an axis longer than 1 (cells that alias each
+            other), or ``replayed`` does not hold one bool ``[rows_i]`` array (or ``None``) per sample. With
+            :class:`RouteTrace` samples: one that is not a trace, ``replayed`` given, a trace never added to, one
+            without token ids and no ``token_lengths``, or a token length below a trace's rows or recorded tokens.
     """
     samples, token_lengths, replayed = _from_traces(samples, token_lengths, replayed)
     token_lengths, _ = _sizes_first(samples, "samples", max_elements, token_lengths)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     kind = _fill_kind(fill, n_experts)
+    check = _flag(check, "check")
     rows = [arr.shape[0] for arr in arrays]
     keeps = _replayed(replayed, rows)
     width, firsts = _layout(rows, token_lengths, None, side, max_len)
@@ -813,6 +824,18 @@ def _output(
         raise _fail("out.dtype", f"{dtype.name} (the batch dtype)", str(out.dtype))
     if not out.flags.writeable:
         raise _fail("out", "a writable array", "a read-only array")
+    # Cells that alias each other (as_strided(..., writeable=True) with a zero stride): a later sample's rows would
+    # overwrite an earlier one's under its unmasked positions. Other self-overlap is not searched for
+    # (np.shares_memory of out with itself is a costly search); a zero stride is the form a view gives.
+    aliased = [
+        axis for axis, (stride, size) in enumerate(zip(out.strides, out.shape, strict=True)) if not stride and size > 1
+    ]
+    if aliased and out.size:
+        raise _fail(
+            "out",
+            "an array whose cells are distinct memory (no zero stride on an axis longer than 1)",
+            f"strides {list(out.strides)} for shape {list(out.shape)} (axis {aliased[0]})",
+        )
     # One pass writes sample i's cells before it reads sample j: a sample inside out would be read after being
     # overwritten. The default max_work compares address bounds only (O(1) per sample, never a scan), so a strided
     # sample that interleaves with out without touching its elements is refused as well. map() keeps the common
@@ -953,7 +976,7 @@ def pad_sequences(
         side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
         fill: what every cell outside the values holds; must be exactly representable in the output dtype.
         out: a writable array of exactly the output shape and dtype to fill instead of allocating one, sharing
-            no memory with any sample (as for :func:`pad_routes`).
+            no memory with any sample and without a zero stride (as for :func:`pad_routes`).
         offsets: the trajectory position of each sample's first value (default 0).
         max_len: the padded length; default the longest token length.
         max_elements: the largest ``padded`` (in elements) to allocate; ``None`` is the decoders' default limit.
@@ -971,8 +994,8 @@ def pad_sequences(
             list of ints NumPy cannot hold exactly), samples differ
             in ``rest`` or in kind, ``offsets`` with ``side="left"`` come without ``token_lengths``, a length,
             offset or ``max_len`` is inconsistent, the output exceeds
-            ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match or may share memory
-            with a sample.
+            ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match, may share memory
+            with a sample or has a zero stride on an axis longer than 1.
     """
     token_lengths, offsets = _sizes_first(values, "values", max_elements, token_lengths, offsets)
     same = _same_vectors(values)
@@ -1087,7 +1110,7 @@ def pack_routes(
         replayed: per sample, ``None`` or a bool ``[rows_i]`` array, ``True`` where the row was replayed, as for
             :func:`pad_routes`; rows marked ``False`` become padding rows. Given, the result has the mask.
         num_experts: the model's expert count: fixes the dtype and bounds the ids, as for :func:`pad_routes`.
-        check: also require distinct ids within each row.
+        check: also require distinct ids within each row (a bool, as for :func:`pad_routes`).
         fill: what padding rows hold, as for :func:`pad_routes` (``"balanced"`` needs ``num_experts``).
         max_elements: the largest ``flat`` (in ids) to allocate; ``None`` is the decoders' default limit. A batch
             given as one array or tensor is held to it by its own shape (and ``token_lengths`` counted against
@@ -1102,15 +1125,16 @@ def pack_routes(
         ``mask``, bool ``[sum(token_lengths)]``, is ``True`` = do not replay (uncaptured or not replayed).
 
     Raises:
-        R3WireError: as :func:`pad_routes` for the samples, ids, ``token_lengths``, ``replayed`` and ``fill``;
-            the total rows exceed ``max_elements`` (or int64, whatever the limit); :class:`RouteTrace` samples
-            without ``token_lengths``.
+        R3WireError: as :func:`pad_routes` for the samples, ids, ``token_lengths``, ``replayed``, ``check`` and
+            ``fill``; the total rows exceed ``max_elements`` (or int64, whatever the limit); :class:`RouteTrace`
+            samples without ``token_lengths``.
     """
     samples, token_lengths, replayed = _from_traces(samples, token_lengths, replayed, lengths_required=True)
     token_lengths, _ = _sizes_first(samples, "samples", max_elements, token_lengths)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     kind = _fill_kind(fill, n_experts)
+    check = _flag(check, "check")
     dtype = _batch_dtype(arrays, n_experts)
     layers, top_k = arrays[0].shape[1:] if arrays else (0, 0)
     rows = [arr.shape[0] for arr in arrays]

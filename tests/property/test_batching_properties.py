@@ -651,7 +651,8 @@ ARGUMENTS = st.one_of(
 
 @given(ARGUMENTS, ARGUMENTS, ARGUMENTS, st.sampled_from(["token_ids", "on_conflict", "start"]))
 def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, third: Any, which: str) -> None:
-    """Anything JSON can carry, as token ids, offsets, lengths, fill, side or a policy: accepted or R3WireError."""
+    """Anything JSON can carry, as token ids, offsets, lengths, fill, side, check or a policy: accepted or
+    R3WireError."""
     trace = RouteTrace(num_experts=EXPERTS)
     routes = np.zeros((1, 1, 1), dtype=np.uint8)
     kwargs: dict[str, Any] = {"start": 0, "token_ids": [5, 6]}
@@ -666,6 +667,8 @@ def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, thi
         lambda: pad_routes([routes], side=first, fill=second),
         lambda: pad_sequences([np.zeros(2)], side=first),
         lambda: pack_routes([routes], max_elements=first),
+        lambda: pad_routes([routes], check=first),
+        lambda: pack_routes([routes], check=first),
         lambda: RouteTrace(max_elements=first),
     ]
     for call in calls:
