@@ -392,3 +392,32 @@ def test_out_with_a_zero_stride_on_a_single_cell_axis_is_taken() -> None:
     empty = as_strided(np.zeros(1, np.float64), (0, 4), (0, 0), writeable=True)
     values, _ = pad_sequences([], out=empty, max_len=4)
     assert values.shape == (0, 4)
+
+
+# --- 9: common_prefix converts a list only as far as the recorded tokens --------------------------------------
+
+
+def _three_tokens() -> RouteTrace:
+    trace = RouteTrace(num_experts=8)
+    trace.add(np.zeros((2, 1, 1), np.uint8), start=0, token_ids=[1, 2, 3])
+    return trace
+
+
+@pytest.mark.parametrize(
+    "given",
+    [[1, 2, 3, 2**64], (1, 2, 3, -5), [1, 2, 3, "x"], [1, 2, 3, [4, 5]], range(1, 10**12)],
+    ids=["past uint64", "negative", "a string", "nested", "a huge range"],
+)
+def test_common_prefix_reads_no_token_past_the_recorded_ones(given: Any) -> None:
+    assert _three_tokens().common_prefix(given) == 3
+    assert _three_tokens().common_prefix([1, 9, 3, given[3]]) == 1  # differs before the unread token
+
+
+def test_common_prefix_still_checks_the_compared_tokens() -> None:
+    trace = _three_tokens()
+    for bad, field in (([1, -2, 3], "token_ids[1]"), ([1, "x"], "token_ids"), ("123", "token_ids")):
+        with pytest.raises(R3WireError) as caught:
+            trace.common_prefix(bad)
+        assert caught.value.field == field
+    assert trace.common_prefix(np.array([1, 2, 3, 4], dtype=np.uint64)) == 3
+    assert trace.common_prefix([1, 2]) == 2

@@ -1235,8 +1235,12 @@ def _as_tokens(value: object, field: str, *, limit: int | None = None, prefix: i
     """A call's token ids as a 1-d int64 array (compared exactly: no float or wrapped uint64 comparison).
 
     Sizes are decided before anything is read or converted (a broadcast view may declare any length): more than
-    ``limit`` tokens are refused, and with ``prefix`` only the first ``prefix`` tokens are checked and returned.
+    ``limit`` tokens are refused, and with ``prefix`` only the first ``prefix`` tokens are checked and returned (a
+    list or other sequence is cut to them before it is converted, an array or tensor after its shape is checked).
     """
+    if prefix is not None and not isinstance(value, np.ndarray) and not is_tensor(value) and _is_sequence(value):
+        items: Any = value  # a sequence (not text): read once, never sized by a caller's __len__
+        value = copy_list(items, most=prefix)[:prefix]
     arr = _from_caller(value, field)
     if arr.ndim == 1 and arr.size == 0:
         return np.empty(0, dtype=np.int64)  # [] arrives as float64
@@ -1571,7 +1575,8 @@ class RouteTrace:
 
         With :meth:`fork`, this is "longest matching prefix" branching: ``trace.fork(trace.common_prefix(ids))``
         is the trace a call with ``ids`` may continue. Only the first :attr:`token_ids`-many tokens can agree, so
-        only they are converted and checked (a token past them never changes the answer).
+        only they are converted and checked (a token past them never changes the answer): a list or other
+        sequence is cut to them before it is converted; an array or tensor has its shape and dtype checked whole.
 
         Raises:
             R3WireError: ``token_ids`` is not a 1-d integer sequence (or a compared token is negative), or the trace

@@ -1081,3 +1081,22 @@ def test_a_numpy_fill_is_stored_exactly_or_refused(fill_dtype: str, out_dtype: s
         return
     stored, given = padded[0, 1].item(), fill.item()
     assert stored == given or (math.isnan(stored) and math.isnan(given))
+
+
+@given(
+    recorded=st.lists(st.integers(0, 5), min_size=1, max_size=6),
+    given_ids=st.lists(st.integers(0, 5), max_size=8),
+    junk=st.lists(JSON_VALUES, max_size=3),
+)
+def test_common_prefix_never_reads_past_the_recorded_tokens(
+    recorded: list[int], given_ids: list[int], junk: list[Any]
+) -> None:
+    """Tokens past the recorded ones never change ``common_prefix``'s answer, whatever they are (review 9a, 9)."""
+    trace = RouteTrace()
+    trace.add(np.zeros((0, 1, 1), np.uint8), start=0, token_ids=recorded)
+    expected = next((i for i, (a, b) in enumerate(zip(recorded, given_ids, strict=False)) if a != b), None)
+    if expected is None:
+        expected = min(len(recorded), len(given_ids))
+    assert trace.common_prefix(given_ids) == expected
+    if len(given_ids) >= len(recorded):
+        assert trace.common_prefix([*given_ids[: len(recorded)], *junk]) == expected
