@@ -421,3 +421,52 @@ def test_common_prefix_still_checks_the_compared_tokens() -> None:
         assert caught.value.field == field
     assert trace.common_prefix(np.array([1, 2, 3, 4], dtype=np.uint64)) == 3
     assert trace.common_prefix([1, 2]) == 2
+
+
+# --- 10: pad_sequences: out's dtype where no sample has one; [] as an empty trajectory with trailing dims -------
+
+
+@pytest.mark.parametrize("dtype", [object, complex, "M8[s]", "V4", "U2"])
+@pytest.mark.parametrize("values", [[[], []], []], ids=["empty lists", "no sample"])
+def test_out_dtype_must_be_bool_integer_or_float_without_typed_samples(values: list[Any], dtype: Any) -> None:
+    out = np.zeros((len(values), 3), dtype=dtype)
+    with pytest.raises(R3WireError) as caught:
+        pad_sequences(values, out=out, max_len=3)
+    assert caught.value.field == "out.dtype"
+    assert caught.value.got == str(np.dtype(dtype))
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int16, np.uint64, np.float16])
+def test_out_dtype_taken_without_typed_samples(dtype: Any) -> None:
+    out = np.empty((2, 3), dtype=dtype)
+    padded, mask = pad_sequences([[], []], out=out, max_len=3, fill=1)
+    assert padded is out
+    assert padded.tolist() == [[1, 1, 1]] * 2
+    assert mask.all()
+
+
+@pytest.mark.parametrize("order", ["empty last", "empty first"])
+def test_an_empty_list_stands_for_no_values_with_the_others_trailing_shape(order: str) -> None:
+    values: list[Any] = [np.arange(6, dtype=np.int8).reshape(2, 3), []]
+    if order == "empty first":
+        values.reverse()
+    padded, mask = pad_sequences(values, side="right", fill=-1)
+    assert padded.shape == (2, 2, 3)
+    assert padded.dtype == np.int8
+    full = 0 if order == "empty last" else 1
+    assert padded[full].tolist() == [[0, 1, 2], [3, 4, 5]]
+    assert padded[1 - full].tolist() == [[-1, -1, -1]] * 2
+    assert mask[full].tolist() == [False, False]
+    assert mask[1 - full].tolist() == [True, True]
+
+
+def test_a_real_trailing_shape_disagreement_names_the_sample_and_the_one_it_differs_from() -> None:
+    with pytest.raises(R3WireError) as caught:
+        pad_sequences([[], np.zeros((2, 3)), [], np.zeros((1, 4))], side="right")
+    assert caught.value.field == "values[3].shape"
+    assert "(the trailing shape of values[1])" in str(caught.value)
+    assert caught.value.got == "[1, 4]"
+    with pytest.raises(R3WireError) as caught:
+        pad_routes([np.zeros((1, 2, 2), np.uint8), np.zeros((1, 2, 3), np.uint8)], side="right")
+    assert caught.value.field == "samples[1].shape"
+    assert "(layers and top_k of samples[0])" in str(caught.value)

@@ -138,16 +138,27 @@ def _uniform(
     field: str,
     what: str,
     convert: Callable[[object, str], Array],
-    expected_shape: Callable[[Array], str],
+    expected_shape: Callable[[Array, int], str],
+    *,
+    neutral: Array | None = None,
 ) -> list[Array]:
-    """``samples`` converted one by one, all with the trailing shape of the first (a batch shares it)."""
+    """``samples`` converted one by one, all with the trailing shape of the first (a batch shares it).
+
+    A sample ``convert`` returned as ``neutral`` (by identity: an empty list, which has no trailing shape to
+    give) takes any; the others share the first other one's, which an error names (``expected_shape`` gets it
+    and its index).
+    """
     if not _is_sequence(samples):
         raise _fail(field, what, type(samples).__name__)
     items: Any = samples  # a Sequence, an array or a tensor with an axis: each iterates over its items
     arrays = [convert(sample, f"{field}[{i}]") for i, sample in enumerate(items)]
-    for i, arr in enumerate(arrays[1:], start=1):
-        if arr.shape[1:] != arrays[0].shape[1:]:
-            raise _fail(f"{field}[{i}].shape", expected_shape(arrays[0]), f"{list(arr.shape)}")
+    first = next((i for i, arr in enumerate(arrays) if arr is not neutral), None)
+    if first is None:
+        return arrays
+    rest = arrays[first].shape[1:]
+    for i, arr in enumerate(arrays[first + 1 :], start=first + 1):
+        if arr.shape[1:] != rest and arr is not neutral:
+            raise _fail(f"{field}[{i}].shape", expected_shape(arrays[first], first), f"{list(arr.shape)}")
     return arrays
 
 
@@ -183,7 +194,7 @@ def _samples(samples: object, field: str = "samples") -> list[Array]:
         field,
         "a sequence of [rows, layers, top_k] arrays",
         _as_routes,
-        lambda first: f"[rows, {first.shape[1]}, {first.shape[2]}] (layers and top_k of {field}[0])",
+        lambda first, i: f"[rows, {first.shape[1]}, {first.shape[2]}] (layers and top_k of {field}[{i}])",
     )
 
 
@@ -968,8 +979,9 @@ def pad_sequences(
         values: one array per trajectory, ``[n_i, *rest]`` (``rest`` shared, each dimension ``>= 1``; 1-d for
             one value per token), of a bool, integer or float dtype (NumPy arrays, torch tensors or nested
             lists). All of one kind; the output dtype is the widest of them (every value converts exactly). An
-            empty list takes the other samples' kind; a nested list of ints NumPy holds only as float64 or
-            object (ints past int64 beside others) is refused rather than rounded.
+            empty list (a trajectory with no values) takes the other samples' kind and ``rest``: it stands for
+            ``[0, *rest]``. A nested list of ints NumPy holds only as float64 or object (ints past int64 beside
+            others) is refused rather than rounded.
         token_lengths: each trajectory's token count; ``offsets[i] + n_i <= token_lengths[i]``. Default:
             ``offsets[i] + n_i``, except that ``offsets`` with ``side="left"`` require it (left padding lines up
             the last tokens, which values that start at an offset need not reach).
@@ -987,15 +999,17 @@ def pad_sequences(
         ``(padded, mask)``: ``padded`` ``[batch, max_len, *rest]``, and bool ``mask`` ``[batch, max_len]``,
         ``True`` where a cell holds no value (padding, or a position of the trajectory the sample does not
         cover) — the same polarity as :func:`pad_routes`: ``True`` = do not use. An empty batch gives
-        ``[0, max_len or 0]`` of float64 (or ``out``'s dtype).
+        ``[0, max_len or 0]`` of float64 (or ``out``'s dtype, which must be bool, integer or float as a sample's
+        is; so too where every sample is an empty list).
 
     Raises:
         R3WireError: a sample is not an array of a bool, integer or float dtype with a token axis (or is a nested
-            list of ints NumPy cannot hold exactly), samples differ
-            in ``rest`` or in kind, ``offsets`` with ``side="left"`` come without ``token_lengths``, a length,
-            offset or ``max_len`` is inconsistent, the output exceeds
-            ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match, may share memory
-            with a sample or has a zero stride on an axis longer than 1.
+            list of ints NumPy cannot hold exactly), samples differ in ``rest`` (the first sample with a dtype
+            named; an empty list takes any) or in kind, ``out`` is of no bool, integer or float dtype where no
+            sample has one, ``offsets`` with ``side="left"`` come without ``token_lengths``, a length, offset or
+            ``max_len`` is inconsistent, the output exceeds ``max_elements``, ``fill`` would not be stored
+            exactly, or ``out`` does not match, may share memory with a sample or has a zero stride on an axis
+            longer than 1.
     """
     token_lengths, offsets = _sizes_first(values, "values", max_elements, token_lengths, offsets)
     same = _same_vectors(values)
@@ -1006,17 +1020,23 @@ def pad_sequences(
             "values",
             "a sequence of per-token arrays",
             _as_values,
-            lambda first: f"[n{''.join(f', {d}' for d in first.shape[1:])}] (the trailing shape of values[0])",
+            lambda first, i: f"[n{''.join(f', {d}' for d in first.shape[1:])}] (the trailing shape of values[{i}])",
+            neutral=_NO_VALUES,
         )
+    # The sample that gives the trailing shape: the first one with a dtype (an empty list, _NO_VALUES, stands for
+    # [0, *rest] of the others' rest).
+    reference = next((i for i, arr in enumerate(arrays) if arr is not _NO_VALUES), None)
     counts = list(map(len, arrays))  # every sample has a token axis (checked above)
-    if arrays:
+    if reference is not None:
         # The decoders' shape bound. Samples share every dimension but the first, so the sample with the most
         # rows stands for all (one check per batch: a per-sample check costs more than copying a short sample).
         longest = counts.index(max(counts))
+        if arrays[longest] is _NO_VALUES:  # no sample has a row: the reference's trailing dims are bounded
+            longest = reference
         check_shape(list(arrays[longest].shape), f"values[{longest}].shape", ndim=None, error=R3WireError)
     starts = None if offsets is None else _int_list(offsets, "offsets", len(arrays), "one offset per sample")
     width, firsts = _layout(counts, token_lengths, starts, side, max_len, samples="values")
-    rest: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
+    rest: tuple[int, ...] = () if reference is None else arrays[reference].shape[1:]
     typed: np.dtype[Any] | None = None
     if same is not None:
         typed = _native(same[0].dtype)  # what _values_dtype gives for one dtype, without its per-sample loop
@@ -1026,6 +1046,8 @@ def pad_sequences(
         dtype = typed
     elif isinstance(out, np.ndarray):
         dtype = out.dtype  # no sample has a dtype (none, or only empty lists)
+        if dtype.kind not in _KINDS:  # what every sample with a dtype is held to
+            raise _fail("out.dtype", "a bool, integer or float dtype", str(dtype))
     else:
         dtype = np.dtype(np.float64)
     scalar = _fill_value(fill, dtype)
@@ -1038,10 +1060,11 @@ def pad_sequences(
         stop = start + count
         if start:
             row[:start] = scalar
-        row[start:stop] = arr  # exact: same kind, widened (see _values_dtype)
+        if count:  # an empty list (_NO_VALUES, 1-d) has no rows, nor rest to broadcast into [0, *rest]
+            row[start:stop] = arr  # exact: same kind, widened (see _values_dtype)
+            row_mask[start:stop] = False
         if stop < width:
             row[stop:] = scalar
-        row_mask[start:stop] = False
     return padded, mask
 
 

@@ -1100,3 +1100,28 @@ def test_common_prefix_never_reads_past_the_recorded_tokens(
     assert trace.common_prefix(given_ids) == expected
     if len(given_ids) >= len(recorded):
         assert trace.common_prefix([*given_ids[: len(recorded)], *junk]) == expected
+
+
+@given(
+    rest=st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple),
+    dtype=st.sampled_from(["?", "i1", ">u2", "<f4", "f8"]),
+    rows=st.lists(st.one_of(st.none(), st.integers(0, 3)), min_size=1, max_size=5),
+    side=st.sampled_from(["left", "right"]),
+)
+def test_an_empty_list_pads_as_an_empty_array_of_the_others_shape(
+    rest: tuple[int, ...], dtype: str, rows: list[int | None], side: str
+) -> None:
+    """``[]`` is a trajectory with no values: ``[0, *rest]`` of the other samples' kind (review 9a, 10)."""
+    arrays: list[Any] = [np.ones((0 if n is None else n, *rest), dtype=dtype) for n in rows]
+    listed: list[Any] = [[] if n is None else arr for n, arr in zip(rows, arrays, strict=True)]
+    lengths = [3] * len(rows)
+    expected = pad_sequences(arrays, token_lengths=lengths, side=side, fill=0)  # type: ignore[arg-type]
+    if all(n is None for n in rows):
+        if rest:  # no sample to take rest from: the empty lists are 1-d
+            return
+        expected = (expected[0].astype(np.float64), expected[1])
+    padded, mask = pad_sequences(listed, token_lengths=lengths, side=side, fill=0)  # type: ignore[arg-type]
+    assert padded.dtype == expected[0].dtype
+    assert padded.shape == expected[0].shape
+    assert padded.tolist() == expected[0].tolist()
+    assert mask.tolist() == expected[1].tolist()
