@@ -1859,10 +1859,10 @@ class RouteTrace:
                 differing position and both tokens named); ``start`` is not an integer in ``0 .. 2**63-1`` or
                 differs from ``result.start`` (0 for rows from token 0); the given ``token_ids`` are fewer than
                 ``result.total_tokens`` or than the rows where they are placed from ``result.start`` or token 0;
-                ``layers`` is not a slice or a sequence (list, 1-d array or tensor)
-                of distinct layer indexes selecting at least one layer; the selected routes or the call's tokens
-                exceed ``max_elements``; a row is partly -1 (row, layer and slot named); the expert counts differ;
-                or anything :meth:`add` raises. The trace is unchanged when this is raised.
+                ``layers`` is not a slice or a sequence (list, 1-d array or tensor) of distinct layer indexes
+                selecting at least one layer; the selected routes or the call's tokens exceed ``max_elements``; a
+                row is partly -1 (row, layer and slot named); the expert counts differ; or anything :meth:`add`
+                raises. The trace is unchanged when this is raised.
         """
         # Imported here: ``import r3wire`` does not import the formats package, and batching must not make it.
         from r3wire.formats._common import MISSING_ROUTE, ROWS_FROM_ZERO, ReadResult  # noqa: PLC0415
