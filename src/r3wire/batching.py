@@ -138,17 +138,54 @@ def _uniform(
     field: str,
     what: str,
     convert: Callable[[object, str], Array],
-    expected_shape: Callable[[Array], str],
+    expected_shape: Callable[[Array, int], str],
+    *,
+    neutral: Array | None = None,
 ) -> list[Array]:
-    """``samples`` converted one by one, all with the trailing shape of the first (a batch shares it)."""
+    """``samples`` converted one by one, all with the trailing shape of the first (a batch shares it).
+
+    A sample ``convert`` returned as ``neutral`` (by identity: an empty list, which has no trailing shape to
+    give) takes any; the others share the first other one's, which an error names (``expected_shape`` gets it
+    and its index).
+    """
     if not _is_sequence(samples):
         raise _fail(field, what, type(samples).__name__)
     items: Any = samples  # a Sequence, an array or a tensor with an axis: each iterates over its items
     arrays = [convert(sample, f"{field}[{i}]") for i, sample in enumerate(items)]
-    for i, arr in enumerate(arrays[1:], start=1):
-        if arr.shape[1:] != arrays[0].shape[1:]:
-            raise _fail(f"{field}[{i}].shape", expected_shape(arrays[0]), f"{list(arr.shape)}")
+    first = next((i for i, arr in enumerate(arrays) if arr is not neutral), None)
+    if first is None:
+        return arrays
+    rest = arrays[first].shape[1:]
+    for i, arr in enumerate(arrays[first + 1 :], start=first + 1):
+        if arr.shape[1:] != rest and arr is not neutral:
+            raise _fail(f"{field}[{i}].shape", expected_shape(arrays[first], first), f"{list(arr.shape)}")
     return arrays
+
+
+def _sizes_first(
+    samples: object, field: str, max_elements: object, token_lengths: object, offsets: object = None
+) -> tuple[Any, Any]:
+    """Sizes before contents for a batch given as one array or tensor (its samples stacked on axis 0).
+
+    Each sample is converted on its own (microseconds each), and a broadcast view declares any number of them in
+    a few bytes; the shape is what the batch declares, so it is held to ``max_elements`` first (the output holds
+    at least as many elements; an empty shape through its non-zero dimensions), and ``token_lengths`` and
+    ``offsets`` are counted against its first axis, before any sample is converted. Returns them as lists of
+    ints (what the later checks take as they are), unchanged for any other batch: a sequence holds its samples.
+    """
+    if not (isinstance(samples, np.ndarray) or is_tensor(samples)):
+        return token_lengths, offsets
+    shape = [int(size) for size in samples.shape]  # type: ignore[attr-defined]  # an array or a tensor
+    # Not samples stacked on a token axis (converting the first one refuses it), or no sample to convert.
+    if len(shape) < 2 or not shape[0]:
+        return token_lengths, offsets
+    check_element_count(shape, optional_max_elements(max_elements), field, error=R3WireError)
+    count = shape[0]
+    if token_lengths is not None:
+        token_lengths = _int_list(token_lengths, "token_lengths", count, "one length per sample")
+    if offsets is not None:
+        offsets = _int_list(offsets, "offsets", count, "one offset per sample")
+    return token_lengths, offsets
 
 
 def _samples(samples: object, field: str = "samples") -> list[Array]:
@@ -157,7 +194,7 @@ def _samples(samples: object, field: str = "samples") -> list[Array]:
         field,
         "a sequence of [rows, layers, top_k] arrays",
         _as_routes,
-        lambda first: f"[rows, {first.shape[1]}, {first.shape[2]}] (layers and top_k of {field}[0])",
+        lambda first, i: f"[rows, {first.shape[1]}, {first.shape[2]}] (layers and top_k of {field}[{i}])",
     )
 
 
@@ -298,6 +335,9 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
     if isinstance(value, np.ndarray):
         if value.ndim != 1 or value.dtype.kind not in "iu":
             raise _fail(field, "a 1-d integer sequence", f"{value.dtype} {list(value.shape)}")
+        # Counted before it is read: a broadcast view declares any length in a few bytes.
+        if value.shape[0] != count:
+            raise _fail(field, f"{count} {'integer' if count == 1 else 'integers'} ({what})", value.shape[0])
         values: Sequence[object] = value.tolist()
     elif is_sequence(value) and not isinstance(value, (str, bytes)):
         values = copy_list(value, most=count + 1)  # counted and read once: a caller's __len__ may lie
@@ -404,6 +444,14 @@ def _fill_kind(fill: object, n_experts: int | None) -> str:
     return kind
 
 
+def _flag(value: object, field: str) -> bool:
+    """``value`` as a bool: ``True``, ``False`` or a NumPy bool, nothing else (an array's truth is ambiguous, and a
+    truthy string such as ``"no"`` would read as ``True``)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise _fail(field, "a bool (True or False)", describe(value))
+    return bool(value)
+
+
 def _replayed(value: object, rows: Sequence[int]) -> list[Array | None]:
     """Each sample's row mask (``True`` = replay), or ``None`` where every row is replayed."""
     if value is None:
@@ -498,12 +546,14 @@ def validate_routes(
         num_experts: the model's expert count.
         token_lengths: each trajectory's token count, when it differs from its route rows.
         max_elements: the most ids (summed over the samples) to read, as :func:`pack_routes` would copy them;
-            ``None`` is the decoders' default limit. Checked before any id is read.
+            ``None`` is the decoders' default limit. Checked before any id is read (a batch given as one array or
+            tensor, by its shape before any sample is converted).
 
     Raises:
         R3WireError: the first broken rule, or the samples exceed ``max_elements``; the message names the sample
             and, for an id, its row, layer and slot.
     """
+    token_lengths, _ = _sizes_first(samples, "samples", max_elements, token_lengths)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     if arrays:
@@ -615,17 +665,21 @@ def pad_routes(
         num_experts: the model's expert count. Fixes the batch dtype to :func:`r3wire.route_dtype`
             (identical on every rank and step) and requires every id to be below it.
         max_len: the padded length (e.g. the token batch's sequence length); default the longest token length.
-        check: also run :func:`validate_routes`' costlier rule: ids distinct within each row.
+        check: also run :func:`validate_routes`' costlier rule: ids distinct within each row. A bool (``True``,
+            ``False`` or a NumPy bool); anything else is refused.
         out: a writable array of exactly the output shape and batch dtype to fill instead of allocating one
             (a reused or pinned buffer), sharing no memory with any sample (the output is written in one pass;
-            memory bounds are compared, so a sample inside ``out``'s address range is refused). Its contents are
+            memory bounds are compared, so a sample inside ``out``'s address range is refused), and whose cells
+            do not alias each other (a zero stride on an axis longer than 1 is refused). Its contents are
             unspecified if an error is raised.
         fill: what padding rows hold. ``"arange"``: ``0 .. top_k - 1`` in every row and layer. ``"balanced"``
             (needs ``num_experts``): the batch's padding rows, numbered in order (sample by sample, position by
             position), take consecutive ids modulo ``num_experts`` (row ``g`` holds ``(g * top_k + j) %
             num_experts`` for slot ``j``, in every layer), so each expert receives the same number of padding
             slots per layer to within one and no expert-parallel rank gets every padding token. Deterministic.
-        max_elements: the largest ``padded`` (in ids) to allocate; ``None`` is the decoders' default limit.
+        max_elements: the largest ``padded`` (in ids) to allocate; ``None`` is the decoders' default limit. A
+            batch given as one array or tensor is held to it by its own shape (and ``token_lengths`` counted
+            against its first axis) before any sample is converted.
         replayed: per sample, ``None`` or a bool ``[rows_i]`` array, ``True`` where the row was replayed (what
             :attr:`r3wire.formats.ReadResult.mask` holds: Fireworks BITMAP and ``null`` rows). Rows marked
             ``False`` are neither checked nor copied: they become padding rows, ``True`` in ``mask``.
@@ -640,18 +694,20 @@ def pad_routes(
         R3WireError: a sample is not a 3-d integer array, its shape is out of bounds, samples disagree on
             ``[layers, top_k]``, ``layers < 1`` or ``top_k < 1``, ``side="left"`` without ``token_lengths``, a
             sample has more rows than its token length, a length exceeds ``max_len``, the output exceeds
-            ``max_elements``, an id is negative, does not fit
-            the batch dtype or is ``>= num_experts`` (the message names sample, row, layer and slot), ids repeat
-            within a row (``check=True``), ``fill`` is unknown or ``"balanced"`` without ``num_experts``, or
-            ``out`` does not match or may share memory with a sample, or ``replayed`` does not hold one bool
-            ``[rows_i]`` array (or ``None``) per sample. With :class:`RouteTrace` samples: one that is not a
-            trace, ``replayed`` given, a trace never added to, one without token ids and no ``token_lengths``, or
-            a token length below a trace's rows or recorded tokens.
+            ``max_elements``, an id is negative, does not fit the batch dtype or is ``>= num_experts`` (the
+            message names sample, row, layer and slot), ids repeat within a row (``check=True``), ``check`` is not
+            a bool, ``fill`` is unknown or ``"balanced"`` without ``num_experts``, or ``out`` does not match, may
+            share memory with a sample or has a zero stride on an axis longer than 1 (cells that alias each
+            other), or ``replayed`` does not hold one bool ``[rows_i]`` array (or ``None``) per sample. With
+            :class:`RouteTrace` samples: one that is not a trace, ``replayed`` given, a trace never added to, one
+            without token ids and no ``token_lengths``, or a token length below a trace's rows or recorded tokens.
     """
     samples, token_lengths, replayed = _from_traces(samples, token_lengths, replayed)
+    token_lengths, _ = _sizes_first(samples, "samples", max_elements, token_lengths)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     kind = _fill_kind(fill, n_experts)
+    check = _flag(check, "check")
     rows = [arr.shape[0] for arr in arrays]
     keeps = _replayed(replayed, rows)
     width, firsts = _layout(rows, token_lengths, None, side, max_len)
@@ -779,6 +835,18 @@ def _output(
         raise _fail("out.dtype", f"{dtype.name} (the batch dtype)", str(out.dtype))
     if not out.flags.writeable:
         raise _fail("out", "a writable array", "a read-only array")
+    # Cells that alias each other (as_strided(..., writeable=True) with a zero stride): a later sample's rows would
+    # overwrite an earlier one's under its unmasked positions. Other self-overlap is not searched for
+    # (np.shares_memory of out with itself is a costly search); a zero stride is the form a view gives.
+    aliased = [
+        axis for axis, (stride, size) in enumerate(zip(out.strides, out.shape, strict=True)) if not stride and size > 1
+    ]
+    if aliased and out.size:
+        raise _fail(
+            "out",
+            "an array whose cells are distinct memory (no zero stride on an axis longer than 1)",
+            f"strides {list(out.strides)} for shape {list(out.shape)} (axis {aliased[0]})",
+        )
     # One pass writes sample i's cells before it reads sample j: a sample inside out would be read after being
     # overwritten. The default max_work compares address bounds only (O(1) per sample, never a scan), so a strided
     # sample that interleaves with out without touching its elements is refused as well. map() keeps the common
@@ -858,7 +926,10 @@ def _fill_value(fill: object, dtype: np.dtype[Any]) -> Array:
         stored = None
     if stored is not None:
         back = stored.item()
-        if back == fill or (isinstance(back, float) and math.isnan(back) and math.isnan(float(fill))):
+        # Compared as Python numbers: a NumPy integer scalar beside a float converts to float64 (np.int64(2**53 + 1)
+        # "equals" the 2**53 stored), where a Python int compares with a float exactly.
+        given = fill.item() if isinstance(fill, np.generic) else fill
+        if back == given or (isinstance(back, float) and math.isnan(back) and math.isnan(float(fill))):
             return stored
     raise _fail("fill", f"a value exactly representable in {dtype.name}", describe(fill))
 
@@ -908,33 +979,39 @@ def pad_sequences(
         values: one array per trajectory, ``[n_i, *rest]`` (``rest`` shared, each dimension ``>= 1``; 1-d for
             one value per token), of a bool, integer or float dtype (NumPy arrays, torch tensors or nested
             lists). All of one kind; the output dtype is the widest of them (every value converts exactly). An
-            empty list takes the other samples' kind; a nested list of ints NumPy holds only as float64 or
-            object (ints past int64 beside others) is refused rather than rounded.
+            empty list (a trajectory with no values) takes the other samples' kind and ``rest``: it stands for
+            ``[0, *rest]``. A nested list of ints NumPy holds only as float64 or object (ints past int64 beside
+            others) is refused rather than rounded.
         token_lengths: each trajectory's token count; ``offsets[i] + n_i <= token_lengths[i]``. Default:
             ``offsets[i] + n_i``, except that ``offsets`` with ``side="left"`` require it (left padding lines up
             the last tokens, which values that start at an offset need not reach).
         side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
         fill: what every cell outside the values holds; must be exactly representable in the output dtype.
         out: a writable array of exactly the output shape and dtype to fill instead of allocating one, sharing
-            no memory with any sample (as for :func:`pad_routes`).
+            no memory with any sample and without a zero stride (as for :func:`pad_routes`).
         offsets: the trajectory position of each sample's first value (default 0).
         max_len: the padded length; default the longest token length.
         max_elements: the largest ``padded`` (in elements) to allocate; ``None`` is the decoders' default limit.
+            A batch given as one array or tensor is held to it by its own shape (and ``token_lengths`` and
+            ``offsets`` counted against its first axis) before any sample is converted.
 
     Returns:
         ``(padded, mask)``: ``padded`` ``[batch, max_len, *rest]``, and bool ``mask`` ``[batch, max_len]``,
         ``True`` where a cell holds no value (padding, or a position of the trajectory the sample does not
         cover) — the same polarity as :func:`pad_routes`: ``True`` = do not use. An empty batch gives
-        ``[0, max_len or 0]`` of float64 (or ``out``'s dtype).
+        ``[0, max_len or 0]`` of float64 (or ``out``'s dtype, which must be bool, integer or float as a sample's
+        is; so too where every sample is an empty list).
 
     Raises:
         R3WireError: a sample is not an array of a bool, integer or float dtype with a token axis (or is a nested
-            list of ints NumPy cannot hold exactly), samples differ
-            in ``rest`` or in kind, ``offsets`` with ``side="left"`` come without ``token_lengths``, a length,
-            offset or ``max_len`` is inconsistent, the output exceeds
-            ``max_elements``, ``fill`` would not be stored exactly, or ``out`` does not match or may share memory
-            with a sample.
+            list of ints NumPy cannot hold exactly), samples differ in ``rest`` (the first sample with a dtype
+            named; an empty list takes any) or in kind, ``out`` is of no bool, integer or float dtype where no
+            sample has one, ``offsets`` with ``side="left"`` come without ``token_lengths``, a length, offset or
+            ``max_len`` is inconsistent, the output exceeds ``max_elements``, ``fill`` would not be stored
+            exactly, or ``out`` does not match, may share memory with a sample or has a zero stride on an axis
+            longer than 1.
     """
+    token_lengths, offsets = _sizes_first(values, "values", max_elements, token_lengths, offsets)
     same = _same_vectors(values)
     arrays = same
     if arrays is None:
@@ -943,17 +1020,23 @@ def pad_sequences(
             "values",
             "a sequence of per-token arrays",
             _as_values,
-            lambda first: f"[n{''.join(f', {d}' for d in first.shape[1:])}] (the trailing shape of values[0])",
+            lambda first, i: f"[n{''.join(f', {d}' for d in first.shape[1:])}] (the trailing shape of values[{i}])",
+            neutral=_NO_VALUES,
         )
+    # The sample that gives the trailing shape: the first one with a dtype (an empty list, _NO_VALUES, stands for
+    # [0, *rest] of the others' rest).
+    reference = next((i for i, arr in enumerate(arrays) if arr is not _NO_VALUES), None)
     counts = list(map(len, arrays))  # every sample has a token axis (checked above)
-    if arrays:
+    if reference is not None:
         # The decoders' shape bound. Samples share every dimension but the first, so the sample with the most
         # rows stands for all (one check per batch: a per-sample check costs more than copying a short sample).
         longest = counts.index(max(counts))
+        if arrays[longest] is _NO_VALUES:  # no sample has a row: the reference's trailing dims are bounded
+            longest = reference
         check_shape(list(arrays[longest].shape), f"values[{longest}].shape", ndim=None, error=R3WireError)
     starts = None if offsets is None else _int_list(offsets, "offsets", len(arrays), "one offset per sample")
     width, firsts = _layout(counts, token_lengths, starts, side, max_len, samples="values")
-    rest: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
+    rest: tuple[int, ...] = () if reference is None else arrays[reference].shape[1:]
     typed: np.dtype[Any] | None = None
     if same is not None:
         typed = _native(same[0].dtype)  # what _values_dtype gives for one dtype, without its per-sample loop
@@ -963,6 +1046,8 @@ def pad_sequences(
         dtype = typed
     elif isinstance(out, np.ndarray):
         dtype = out.dtype  # no sample has a dtype (none, or only empty lists)
+        if dtype.kind not in _KINDS:  # what every sample with a dtype is held to
+            raise _fail("out.dtype", "a bool, integer or float dtype", str(dtype))
     else:
         dtype = np.dtype(np.float64)
     scalar = _fill_value(fill, dtype)
@@ -975,10 +1060,11 @@ def pad_sequences(
         stop = start + count
         if start:
             row[:start] = scalar
-        row[start:stop] = arr  # exact: same kind, widened (see _values_dtype)
+        if count:  # an empty list (_NO_VALUES, 1-d) has no rows, nor rest to broadcast into [0, *rest]
+            row[start:stop] = arr  # exact: same kind, widened (see _values_dtype)
+            row_mask[start:stop] = False
         if stop < width:
             row[stop:] = scalar
-        row_mask[start:stop] = False
     return padded, mask
 
 
@@ -1047,9 +1133,11 @@ def pack_routes(
         replayed: per sample, ``None`` or a bool ``[rows_i]`` array, ``True`` where the row was replayed, as for
             :func:`pad_routes`; rows marked ``False`` become padding rows. Given, the result has the mask.
         num_experts: the model's expert count: fixes the dtype and bounds the ids, as for :func:`pad_routes`.
-        check: also require distinct ids within each row.
+        check: also require distinct ids within each row (a bool, as for :func:`pad_routes`).
         fill: what padding rows hold, as for :func:`pad_routes` (``"balanced"`` needs ``num_experts``).
-        max_elements: the largest ``flat`` (in ids) to allocate; ``None`` is the decoders' default limit.
+        max_elements: the largest ``flat`` (in ids) to allocate; ``None`` is the decoders' default limit. A batch
+            given as one array or tensor is held to it by its own shape (and ``token_lengths`` counted against
+            its first axis) before any sample is converted.
 
     Returns:
         ``(flat, cu_seqlens)``: ``flat`` ``[sum(rows_i), layers, top_k]`` (``[0, 0, 0]`` for an empty batch) and
@@ -1060,14 +1148,16 @@ def pack_routes(
         ``mask``, bool ``[sum(token_lengths)]``, is ``True`` = do not replay (uncaptured or not replayed).
 
     Raises:
-        R3WireError: as :func:`pad_routes` for the samples, ids, ``token_lengths``, ``replayed`` and ``fill``;
-            the total rows exceed ``max_elements`` (or int64, whatever the limit); :class:`RouteTrace` samples
-            without ``token_lengths``.
+        R3WireError: as :func:`pad_routes` for the samples, ids, ``token_lengths``, ``replayed``, ``check`` and
+            ``fill``; the total rows exceed ``max_elements`` (or int64, whatever the limit); :class:`RouteTrace`
+            samples without ``token_lengths``.
     """
     samples, token_lengths, replayed = _from_traces(samples, token_lengths, replayed, lengths_required=True)
+    token_lengths, _ = _sizes_first(samples, "samples", max_elements, token_lengths)
     arrays = _samples(samples)
     n_experts = optional_num_experts(num_experts)
     kind = _fill_kind(fill, n_experts)
+    check = _flag(check, "check")
     dtype = _batch_dtype(arrays, n_experts)
     layers, top_k = arrays[0].shape[1:] if arrays else (0, 0)
     rows = [arr.shape[0] for arr in arrays]
@@ -1168,8 +1258,12 @@ def _as_tokens(value: object, field: str, *, limit: int | None = None, prefix: i
     """A call's token ids as a 1-d int64 array (compared exactly: no float or wrapped uint64 comparison).
 
     Sizes are decided before anything is read or converted (a broadcast view may declare any length): more than
-    ``limit`` tokens are refused, and with ``prefix`` only the first ``prefix`` tokens are checked and returned.
+    ``limit`` tokens are refused, and with ``prefix`` only the first ``prefix`` tokens are checked and returned (a
+    list or other sequence is cut to them before it is converted, an array or tensor after its shape is checked).
     """
+    if prefix is not None and not isinstance(value, np.ndarray) and not is_tensor(value) and _is_sequence(value):
+        items: Any = value  # a sequence (not text): read once, never sized by a caller's __len__
+        value = copy_list(items, most=prefix)[:prefix]
     arr = _from_caller(value, field)
     if arr.ndim == 1 and arr.size == 0:
         return np.empty(0, dtype=np.int64)  # [] arrives as float64
@@ -1214,8 +1308,12 @@ def _differs(a: Array, b: Array) -> bool:
     if a.nbytes <= _SMALL_BYTES:
         return a.tobytes() != b.tobytes()
     if a.dtype.itemsize < 8 and a.nbytes % 8 == 0:
-        # reshape(-1) is C-contiguous (a view, or a copy of a strided call): viewable as 8-byte words.
-        a, b = a.reshape(-1).view(np.uint64), b.reshape(-1).view(np.uint64)
+        # As 8-byte words only when both flatten to C-contiguous memory: reshape(-1) of a strided, reversed or
+        # broadcast array may be a view with one non-unit (or zero) stride, which NumPy cannot view as wider
+        # items. Anything else is compared element by element.
+        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+        if flat_a.flags.c_contiguous and flat_b.flags.c_contiguous:
+            a, b = flat_a.view(np.uint64), flat_b.view(np.uint64)
     return bool(np.count_nonzero(a != b))
 
 
@@ -1332,6 +1430,25 @@ def _result_tokens(result: ReadResult, token_ids: object, limit: int) -> Array:
             f"{count} token ids",
         )
     return tokens
+
+
+def _check_span(count: int, total: int | None, first: int, rows: int, source: str) -> None:
+    """Refuse a call's ``count`` token ids that cannot hold the rows a result places at ``first`` (``source`` says
+    why there), or the ``total`` tokens its payload declares (``result.total_tokens``)."""
+    if total is not None and count < total:
+        raise _fail(
+            "token_ids",
+            f"at least result.total_tokens={total} token ids (the sequence the payload declares, from position 0; "
+            "token_ids are the call's whole sequence, prompt + completion)",
+            f"{count} token ids",
+        )
+    if count < first + rows:
+        raise _fail(
+            "token_ids",
+            f"at least {first + rows} token ids for rows {first} .. {first + rows - 1} ({source}; token_ids are "
+            "the call's whole sequence, prompt + completion)",
+            f"{count} token ids",
+        )
 
 
 def _replayed_rows(routes: Array, mask: object, missing_id: int) -> Array | None:
@@ -1481,7 +1598,8 @@ class RouteTrace:
 
         With :meth:`fork`, this is "longest matching prefix" branching: ``trace.fork(trace.common_prefix(ids))``
         is the trace a call with ``ids`` may continue. Only the first :attr:`token_ids`-many tokens can agree, so
-        only they are converted and checked (a token past them never changes the answer).
+        only they are converted and checked (a token past them never changes the answer): a list or other
+        sequence is cut to them before it is converted; an array or tensor has its shape and dtype checked whole.
 
         Raises:
             R3WireError: ``token_ids`` is not a 1-d integer sequence (or a compared token is negative), or the trace
@@ -1545,8 +1663,10 @@ class RouteTrace:
                 ``None`` (needs ``token_ids``): derived from the end, ``len(token_ids) - 1 - n``. Every engine's
                 rows, full or delta (vLLM, SGLang, prime-rl, a decode node), end at the call's last forwarded
                 token, the one before its last sampled token, so this places them without the caller counting
-                (and ``ReadResult.start`` may be passed as it is, ``None`` where a format carries no start). Rows
-                that cover every token of ``token_ids`` (a prefill node's) need an explicit ``start``.
+                (and ``ReadResult.start`` may be passed as it is, ``None`` where a format carries no start, except
+                for Fireworks ALL / BITMAP and per-token matrices, whose rows start at token 0:
+                :meth:`add_result` places them there). Rows that cover every token of ``token_ids`` (a prefill
+                node's) need an explicit ``start``.
             token_ids: the call's full token sequence (prompt + completion) from trajectory position 0. Must cover
                 the rows (``start + n <= len(token_ids)``) and agree with every recorded token on their common
                 length; tokens past the recorded ones are recorded.
@@ -1628,7 +1748,7 @@ class RouteTrace:
         compared = _both(earlier, now)
         differing = None
         if buf is not None and overlap > 0:
-            unequal = buf[begin : begin + overlap] != arr[:overlap]
+            unequal = _unequal(buf[begin : begin + overlap], arr[:overlap])
             # One flat reduction in the common case (the overlap agrees); rows are counted only when some differ
             # (a multi-axis any() costs several times more).
             if unequal.any():
@@ -1709,8 +1829,15 @@ class RouteTrace:
 
         - the routes: ``result.routes``, only the ``layers`` selected when given (``slice(3, None)`` drops the
           three dense layers a DeepSeek-V3 payload may carry as -1 rows);
-        - where they start: ``result.start`` (prime-rl's sidecar), else ``start`` (rows that cover every token of
-          the call, a prefill node's, need ``start=0``), else from the end as :meth:`add` places them;
+        - where they start: ``result.start`` (prime-rl's sidecar, a Fireworks SUFFIX payload's
+          ``replay_start_token``); for a format whose rows are token positions from 0 by definition (Fireworks
+          r3/v1 ALL and BITMAP, ``fireworks-trace`` of them, ``fireworks-matrices``), row ``i`` is token ``i``
+          whatever ``token_ids`` are given (the whole trajectory so far is fine: the rows still go from 0, and a
+          ``start`` other than 0 is refused); else ``start`` (rows that cover every token of the call, a prefill
+          node's, need ``start=0``), else from the end as :meth:`add` places them. Where the rows' place is known
+          (those formats, or ``result.start``), the call's tokens must hold them, and ``result.total_tokens``
+          when the payload declares it (Fireworks ``total_token_count``): fewer is refused naming
+          ``token_ids``, never placed elsewhere;
         - the call's tokens: ``result.call_token_ids()``. Where the body lacks the prompt's or the completion's
           ids, ``token_ids`` gives the call's whole sequence, checked against every id the body carries: it must
           start with ``result.prompt_token_ids``, end with ``result.token_ids``, and where the body carries both,
@@ -1730,13 +1857,15 @@ class RouteTrace:
             R3WireError: ``result`` is not a ``ReadResult``; the call's tokens are neither in the response nor
                 given, or the given ones disagree with the response's prompt or completion ids (the first
                 differing position and both tokens named); ``start`` is not an integer in ``0 .. 2**63-1`` or
-                differs from ``result.start``; ``layers`` is not a slice or a sequence (list, 1-d array or tensor)
-                of distinct layer indexes selecting at least one layer; the selected routes or the call's tokens
-                exceed ``max_elements``; a row is partly -1 (row, layer and slot named); the expert counts differ;
-                or anything :meth:`add` raises. The trace is unchanged when this is raised.
+                differs from ``result.start`` (0 for rows from token 0); the given ``token_ids`` are fewer than
+                ``result.total_tokens`` or than the rows where they are placed from ``result.start`` or token 0;
+                ``layers`` is not a slice or a sequence (list, 1-d array or tensor) of distinct layer indexes
+                selecting at least one layer; the selected routes or the call's tokens exceed ``max_elements``; a
+                row is partly -1 (row, layer and slot named); the expert counts differ; or anything :meth:`add`
+                raises. The trace is unchanged when this is raised.
         """
         # Imported here: ``import r3wire`` does not import the formats package, and batching must not make it.
-        from r3wire.formats._common import MISSING_ROUTE, ReadResult  # noqa: PLC0415
+        from r3wire.formats._common import MISSING_ROUTE, ROWS_FROM_ZERO, ReadResult  # noqa: PLC0415
 
         if not isinstance(result, ReadResult):
             raise _fail("result", "a ReadResult (from r3wire.formats.read_response or read)", describe(result))
@@ -1746,10 +1875,18 @@ class RouteTrace:
                 f"{self._num_experts}, this trace's num_experts (the payload was written for another model)",
                 result.num_experts,
             )
+        # Where the format puts row 0: its own start, or token 0 for rows that are token positions by definition
+        # (Fireworks ALL / BITMAP, per-token matrices: no start because none is needed). Never from the end there:
+        # deriving it from the caller's token count shifted every row when more tokens were given than the call's.
+        placed, source = result.start, ""
+        if placed is not None:
+            source = f"the response's own start, result.start={placed}"
+        elif result.format in ROWS_FROM_ZERO:
+            placed, source = 0, f"{result.format} rows are token positions from 0: row i is token i"
         if start is not None:
             start = check_int(start, "start", minimum=0, maximum=MAX_DIM, error=R3WireError)
-            if result.start is not None and start != result.start:
-                raise _fail("start", f"None or {result.start} (the response's own start, result.start)", start)
+            if placed is not None and start != placed:
+                raise _fail("start", f"None or {placed} ({source})", start)
         n_rows, n_layers, top_k = result.routes.shape  # a 3-d integer array: checked by ReadResult
         picked = _layer_picks(n_layers, layers)
         # Sizes before contents: the call's ids and tokens are held to this trace's bound before any is read,
@@ -1761,11 +1898,13 @@ class RouteTrace:
         if picked is not None:
             routes = routes[:, picked]
         tokens = _result_tokens(result, token_ids, self._max_elements)
+        if placed is not None:
+            _check_span(tokens.shape[0], result.total_tokens, placed, n_rows, source)
         try:
             keep = _replayed_rows(routes, result.mask, MISSING_ROUTE)
             self.add(
                 routes,
-                start=result.start if result.start is not None else start,
+                start=placed if placed is not None else start,
                 token_ids=tokens,
                 on_conflict=on_conflict,
                 replayed=keep,
@@ -2030,8 +2169,22 @@ def _both(first: Array | None, second: Array | None) -> Array | None:
     return both
 
 
+def _unequal(a: Array, b: Array) -> Array:
+    """``a != b`` element-wise, exactly: arrays of two integer dtypes are compared in :func:`_promote`'s common
+    dtype (NumPy 1.x compares uint64 with a signed dtype as float64, where ids past 2**53 that differ are equal).
+
+    Ids in the rows compared are non-negative (range-checked), so the common dtype holds them; a row not compared
+    (not replayed, may hold -1) is converted too, and its result is never read.
+    """
+    if a.dtype != b.dtype:
+        common = _promote(a.dtype, b.dtype)
+        a, b = a.astype(common, copy=False), b.astype(common, copy=False)
+    unequal: Array = a != b
+    return unequal
+
+
 def _check_overlap(recorded: Array, new: Array, begin: int, compared: Array | None = None) -> None:
-    differs = recorded != new
+    differs = _unequal(recorded, new)
     if compared is not None:
         differs &= compared[:, None, None]  # rows not replayed on either side are never compared
     if differs.any():

@@ -651,7 +651,8 @@ ARGUMENTS = st.one_of(
 
 @given(ARGUMENTS, ARGUMENTS, ARGUMENTS, st.sampled_from(["token_ids", "on_conflict", "start"]))
 def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, third: Any, which: str) -> None:
-    """Anything JSON can carry, as token ids, offsets, lengths, fill, side or a policy: accepted or R3WireError."""
+    """Anything JSON can carry, as token ids, offsets, lengths, fill, side, check or a policy: accepted or
+    R3WireError."""
     trace = RouteTrace(num_experts=EXPERTS)
     routes = np.zeros((1, 1, 1), dtype=np.uint8)
     kwargs: dict[str, Any] = {"start": 0, "token_ids": [5, 6]}
@@ -666,6 +667,8 @@ def test_hostile_arguments_raise_only_r3wire_errors(first: Any, second: Any, thi
         lambda: pad_routes([routes], side=first, fill=second),
         lambda: pad_sequences([np.zeros(2)], side=first),
         lambda: pack_routes([routes], max_elements=first),
+        lambda: pad_routes([routes], check=first),
+        lambda: pack_routes([routes], check=first),
         lambda: RouteTrace(max_elements=first),
     ]
     for call in calls:
@@ -858,20 +861,29 @@ def test_pad_sequences_fast_path_pads_exactly_as_the_general_path(samples: list[
 @given(
     st.sampled_from(["u1", "<i2", ">i2", "<i4", "<i8"]),
     st.integers(0, 3),
-    st.sampled_from(["C", "F", "strided"]),
+    st.sampled_from(["C", "F", "strided", "last axis strided", "reversed"]),
     st.data(),
 )
 def test_large_overlaps_are_compared_exactly(dtype: str, extra: int, layout: str, data: st.DataObject) -> None:
-    """Past 64 KiB RouteTrace compares in 8-byte words where it can: any one differing id is still found."""
-    top_k = data.draw(st.sampled_from([1, 3, 8]))
+    """Past 64 KiB RouteTrace compares in 8-byte words where it can: any one differing id is still found.
+
+    "last axis strided" and "reversed" ([rows, 1, 1]) flatten to a view of one non-unit stride, which cannot be
+    viewed as 8-byte words (review 9a, 1): they are compared element by element.
+    """
+    top_k = 1 if layout == "reversed" else data.draw(st.sampled_from([1, 3, 8]))
+    layers = 1 if layout == "reversed" else 4
     itemsize = np.dtype(dtype).itemsize
-    rows = (1 << 16) // (4 * top_k * itemsize) + extra  # just past 64 KiB with 4 layers
-    recorded = np.arange(rows * 4 * top_k, dtype=np.int64).reshape(rows, 4, top_k).astype(dtype) % 100
+    rows = (1 << 16) // (layers * top_k * itemsize) + extra  # just past 64 KiB
+    recorded = np.arange(rows * layers * top_k, dtype=np.int64).reshape(rows, layers, top_k).astype(dtype) % 100
     call = recorded.copy()
     if layout == "F":
         call = np.asfortranarray(call)
     elif layout == "strided":
         call = np.repeat(call, 2, axis=0)[::2]
+    elif layout == "last axis strided":
+        call = np.repeat(call, 2, axis=2)[..., ::2]
+    elif layout == "reversed":
+        call = np.ascontiguousarray(call[::-1])[::-1]
     assert not batching._differs(recorded, call)
     index = tuple(data.draw(st.integers(0, size - 1)) for size in call.shape)
     call[index] = 100
@@ -998,3 +1010,118 @@ def test_whatever_pads_without_token_lengths_puts_row_j_beside_token_j(
         assert len(replayed) == r
         assert grid[i, replayed].tolist() == list(range(r))  # row j beside token j
         assert (padded[i, replayed] == i).all()
+
+
+@given(
+    batch=st.integers(0, 4),
+    rows=st.integers(0, 3),
+    lengths=st.one_of(st.none(), st.lists(st.integers(0, 5), max_size=5)),
+    as_array=st.booleans(),
+    max_elements=st.one_of(st.none(), st.integers(0, 40)),
+    call=st.sampled_from(["pad", "pack", "validate", "values"]),
+)
+def test_array_batch_pads_as_its_list_of_samples(
+    *, batch: int, rows: int, lengths: list[int] | None, as_array: bool, max_elements: int | None, call: str
+) -> None:
+    """A batch given as one (broadcast) array gives what the list of its samples gives (review 9a, 2 and 5): its
+    shape and the count of ``token_lengths`` are checked first, so only where the refusal is named differs."""
+    samples = np.broadcast_to(np.arange(2, dtype=np.uint8), (batch, rows, 3, 2))
+    given: Any = None if lengths is None else (np.array(lengths, np.int64) if as_array else lengths)
+
+    def run(batch_of: Any) -> Callable[[], Any]:
+        if call == "pad":
+            return lambda: pad_routes(batch_of, token_lengths=given, side="right", max_elements=max_elements)
+        if call == "pack":
+            return lambda: pack_routes(batch_of, token_lengths=given, max_elements=max_elements)
+        if call == "validate":
+            return lambda: validate_routes(batch_of, token_lengths=given, max_elements=max_elements)
+        values = batch_of[:, :, 0, 0] if isinstance(batch_of, np.ndarray) else [v[:, 0, 0] for v in batch_of]
+        return lambda: pad_sequences(values, token_lengths=given, side="right", max_elements=max_elements)
+
+    whole, whole_error = _attempt(run(samples))
+    listed, listed_error = _attempt(run(list(samples)))
+    if listed_error is None:
+        if whole_error is not None:
+            # Zero-row samples: the array's shape is held through its non-zero dimensions, as every empty shape
+            # (2**31 of them are 2**31 conversions), where packing or validating them reads no id.
+            assert rows == 0
+            assert whole_error.startswith(("samples:", "values:"))
+            return
+        assert repr(whole) == repr(listed)
+        return
+    assert whole_error is not None
+    if whole_error != listed_error:  # refused by the batch's own shape first, where the list's output was named
+        whole_field, listed_field = whole_error.split(":")[0], listed_error.split(":")[0]
+        assert whole_field in {"samples", "values"}
+        assert listed_field in {"padded", "flat", "samples", "values"} or listed_field.startswith("token_lengths")
+
+
+@given(
+    fill_dtype=st.sampled_from(["?", "u1", "i2", "<i4", ">i8", "<u8", "f2", "<f4", ">f8"]),
+    out_dtype=st.sampled_from(["?", "u1", "i2", "i8", "u8", "f2", "f4", "f8"]),
+    data=st.data(),
+)
+def test_a_numpy_fill_is_stored_exactly_or_refused(fill_dtype: str, out_dtype: str, data: st.DataObject) -> None:
+    """A NumPy scalar ``fill`` is compared with what is stored as Python numbers (review 9a, 6): NumPy compares an
+    integer scalar with a float as float64, where ``np.int64(2**53 + 1)`` equals the 2**53 stored."""
+    kind = np.dtype(fill_dtype)
+    elements = hnp.from_dtype(kind, allow_infinity=False)
+    if kind.kind in "iu":  # integers just past what a float's mantissa holds, and the dtype's ends
+        low, high = int(np.iinfo(kind).min), int(np.iinfo(kind).max)
+        edges = [v for v in (2**11 + 1, 2**24 + 1, 2**53 + 1, high, high - 1, low) if low <= v <= high]
+        elements = st.one_of(elements, st.sampled_from(edges))
+    fill: Any = np.array(data.draw(elements), dtype=kind)[()]
+    refused: R3WireError | None = None
+    try:
+        padded, _ = pad_sequences([np.zeros(1, dtype=out_dtype)], token_lengths=[2], fill=fill)
+    except R3WireError as exc:
+        refused = exc
+    if refused is not None:
+        assert refused.field == "fill"
+        return
+    stored, given = padded[0, 1].item(), fill.item()
+    assert stored == given or (math.isnan(stored) and math.isnan(given))
+
+
+@given(
+    recorded=st.lists(st.integers(0, 5), min_size=1, max_size=6),
+    given_ids=st.lists(st.integers(0, 5), max_size=8),
+    junk=st.lists(JSON_VALUES, max_size=3),
+)
+def test_common_prefix_never_reads_past_the_recorded_tokens(
+    recorded: list[int], given_ids: list[int], junk: list[Any]
+) -> None:
+    """Tokens past the recorded ones never change ``common_prefix``'s answer, whatever they are (review 9a, 9)."""
+    trace = RouteTrace()
+    trace.add(np.zeros((0, 1, 1), np.uint8), start=0, token_ids=recorded)
+    expected = next((i for i, (a, b) in enumerate(zip(recorded, given_ids, strict=False)) if a != b), None)
+    if expected is None:
+        expected = min(len(recorded), len(given_ids))
+    assert trace.common_prefix(given_ids) == expected
+    if len(given_ids) >= len(recorded):
+        assert trace.common_prefix([*given_ids[: len(recorded)], *junk]) == expected
+
+
+@given(
+    rest=st.lists(st.integers(1, 3), min_size=0, max_size=2).map(tuple),
+    dtype=st.sampled_from(["?", "i1", ">u2", "<f4", "f8"]),
+    rows=st.lists(st.one_of(st.none(), st.integers(0, 3)), min_size=1, max_size=5),
+    side=st.sampled_from(["left", "right"]),
+)
+def test_an_empty_list_pads_as_an_empty_array_of_the_others_shape(
+    rest: tuple[int, ...], dtype: str, rows: list[int | None], side: str
+) -> None:
+    """``[]`` is a trajectory with no values: ``[0, *rest]`` of the other samples' kind (review 9a, 10)."""
+    arrays: list[Any] = [np.ones((0 if n is None else n, *rest), dtype=dtype) for n in rows]
+    listed: list[Any] = [[] if n is None else arr for n, arr in zip(rows, arrays, strict=True)]
+    lengths = [3] * len(rows)
+    expected = pad_sequences(arrays, token_lengths=lengths, side=side, fill=0)  # type: ignore[arg-type]
+    if all(n is None for n in rows):
+        if rest:  # no sample to take rest from: the empty lists are 1-d
+            return
+        expected = (expected[0].astype(np.float64), expected[1])
+    padded, mask = pad_sequences(listed, token_lengths=lengths, side=side, fill=0)  # type: ignore[arg-type]
+    assert padded.dtype == expected[0].dtype
+    assert padded.shape == expected[0].shape
+    assert padded.tolist() == expected[0].tolist()
+    assert mask.tolist() == expected[1].tolist()

@@ -5,6 +5,7 @@ changing the trace."""
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import Any, Literal
 
 import numpy as np
@@ -103,3 +104,64 @@ def test_a_trajectory_from_bodies_replays_each_rows_own_routing(
     assert cu_seqlens.tolist() == [0, length, 2 * length]
     assert packed_mask.tolist() == 2 * [*(~replayed).tolist(), True]
     assert np.array_equal(flat[:length][~packed_mask[:length]], truth[replayed])
+
+
+# Fireworks payloads carry no token ids and no start where their rows are token positions from 0 (r3/v1 ALL and
+# BITMAP, the per-token matrices): the rows go there whatever token_ids the caller gives (review 9a, 3).
+FIREWORKS = ("fireworks-matrices", *(("fireworks-r3v1", "fireworks-trace") if find_spec("zstandard") else ()))
+
+
+@given(
+    layers=st.integers(1, 3),
+    top_k=st.integers(1, 3),
+    length=st.integers(2, 24),
+    seed=st.integers(0, 2**32 - 1),
+    data=st.data(),
+)
+def test_fireworks_rows_land_at_their_tokens_whatever_tokens_are_given(
+    layers: int, top_k: int, length: int, seed: int, data: st.DataObject
+) -> None:
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, 50_000, length).tolist()
+    truth = rng.integers(0, EXPERTS, (length - 1, layers, top_k)).astype(np.uint8)
+    trace = RouteTrace(num_experts=EXPERTS)
+    replayed = np.zeros(length - 1, dtype=bool)
+    end = 1
+    while end < length:
+        end = data.draw(st.integers(end + 1, length), label="call tokens")
+        rows = truth[: end - 1]
+        form = data.draw(st.sampled_from(("vllm", *FIREWORKS)), label="form")
+        if form == "vllm":  # placed from the end of the call's own tokens
+            prompt_len = data.draw(st.integers(1, end), label="prompt tokens")
+            [result] = formats.read_response(_body(form, tokens[:prompt_len], tokens[prompt_len:end], rows, 0))
+            trace.add_result(result)
+            replayed[: end - 1] = True
+            continue
+        sent = np.array(data.draw(st.lists(st.booleans(), min_size=end - 1, max_size=end - 1)), dtype=bool)
+        masked = data.draw(st.booleans(), label="masked")
+        payload = formats.write(rows, format=form, mask=sent if masked else None)
+        result = formats.read(payload, format=form, num_layers=layers, top_k=top_k)
+        assert result.start is None
+        # Any token count: fewer than the rows is refused (the trace unchanged), more (the whole trajectory so
+        # far, or all of it) still puts row i at token i.
+        given_count = data.draw(st.integers(0, length), label="tokens given")
+        if given_count < end - 1:
+            before = (trace.rows, None if trace.token_ids is None else trace.token_ids.tolist(), trace.conflicts)
+            with pytest.raises(R3WireError) as caught:
+                trace.add_result(result, token_ids=tokens[:given_count])
+            assert caught.value.field == "token_ids"
+            after = (trace.rows, None if trace.token_ids is None else trace.token_ids.tolist(), trace.conflicts)
+            assert after == before
+            given_count = data.draw(st.integers(end - 1, length), label="tokens given")
+        if data.draw(st.booleans(), label="start=0"):
+            trace.add_result(result, token_ids=tokens[:given_count], start=0)
+        else:
+            trace.add_result(result, token_ids=tokens[:given_count])
+        replayed[: end - 1] |= sent if masked else True
+    routes, captured = trace.finalize(length)
+    assert captured == length - 1
+    assert trace.conflicts == 0
+    recorded_tokens = trace.token_ids
+    assert recorded_tokens is not None
+    assert recorded_tokens.tolist() == tokens[: len(recorded_tokens)]
+    assert np.array_equal(routes[replayed], truth[replayed])
