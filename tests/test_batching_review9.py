@@ -470,3 +470,26 @@ def test_a_real_trailing_shape_disagreement_names_the_sample_and_the_one_it_diff
         pad_routes([np.zeros((1, 2, 2), np.uint8), np.zeros((1, 2, 3), np.uint8)], side="right")
     assert caught.value.field == "samples[1].shape"
     assert "(layers and top_k of samples[0])" in str(caught.value)
+
+
+@pytest.mark.parametrize("off_by", [-2, -1, 1])
+def test_a_delta_whose_start_disagrees_with_the_calls_tokens_is_refused(off_by: int) -> None:
+    # Review 9d, 1: a prime-rl sidecar's rows run from its start to the call's last forwarded token. A start off
+    # by one (rows labelled with the wrong offset) was stitched in: one token late with 0 conflicts, or early with 1.
+    truth = _truth()
+    call = _TRAJECTORY[:14]  # rows 0 .. 12 are routed; token 13 is the last sampled one
+    trace = RouteTrace(num_experts=16)
+    trace.add(truth[:7], start=0, token_ids=_TRAJECTORY[:8])
+    first = 7 + off_by  # the rows really are positions 7 .. 12, labelled as starting at `first`
+    side = formats.write(truth[7:13] if off_by >= 0 else truth[first:13][: 13 - 7], format="prime-rl", start=first)
+    result = formats.read(side, format="prime-rl")
+    assert result.start == first
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result, token_ids=call)
+    assert caught.value.field == "result.start"
+    assert f"got {first}" in str(caught.value)
+    assert trace.rows == 7  # unchanged
+    right = formats.read(formats.write(truth[7:13], format="prime-rl", start=7), format="prime-rl")
+    trace.add_result(right, token_ids=call)
+    assert np.array_equal(trace.finalize()[0], truth[:13])
+    assert trace.conflicts == 0

@@ -1432,9 +1432,15 @@ def _result_tokens(result: ReadResult, token_ids: object, limit: int) -> Array:
     return tokens
 
 
-def _check_span(count: int, total: int | None, first: int, rows: int, source: str) -> None:
+# Formats whose start is a delta's: rows from ``start`` to the call's last forwarded token, ``n - 1 - start`` of
+# them (prime-rl's sidecar, docs/formats.md "The call's token ids").
+_DELTA_FORMATS: Final = frozenset({"prime-rl", "prime-rl-b85"})
+
+
+def _check_span(count: int, total: int | None, first: int, rows: int, source: str, *, to_the_end: bool) -> None:
     """Refuse a call's ``count`` token ids that cannot hold the rows a result places at ``first`` (``source`` says
-    why there), or the ``total`` tokens its payload declares (``result.total_tokens``)."""
+    why there), or the ``total`` tokens its payload declares (``result.total_tokens``); with ``to_the_end`` (a
+    delta, whose rows run by definition to the call's last forwarded token), rows that stop anywhere else."""
     if total is not None and count < total:
         raise _fail(
             "token_ids",
@@ -1448,6 +1454,15 @@ def _check_span(count: int, total: int | None, first: int, rows: int, source: st
             f"at least {first + rows} token ids for rows {first} .. {first + rows - 1} ({source}; token_ids are "
             "the call's whole sequence, prompt + completion)",
             f"{count} token ids",
+        )
+    if to_the_end and first + rows != count - 1:
+        # The payload's start and the call's tokens disagree: trusting either would shift every row.
+        raise _fail(
+            "result.start",
+            f"{count - 1 - rows} = len(token_ids) - 1 - rows ({count} token ids, {rows} rows: a delta's rows run "
+            "from its start to the call's last forwarded token; token_ids are the call's whole sequence, prompt + "
+            "completion)",
+            first,
         )
 
 
@@ -1837,7 +1852,9 @@ class RouteTrace:
           node's, need ``start=0``), else from the end as :meth:`add` places them. Where the rows' place is known
           (those formats, or ``result.start``), the call's tokens must hold them, and ``result.total_tokens``
           when the payload declares it (Fireworks ``total_token_count``): fewer is refused naming
-          ``token_ids``, never placed elsewhere;
+          ``token_ids``, never placed elsewhere. A prime-rl delta's rows run by definition from its start to the
+          call's last forwarded token: ``result.start + rows`` must be ``len(token_ids) - 1``, or the start (or
+          the tokens) is wrong and ``result.start`` is refused, never stitched one token off;
         - the call's tokens: ``result.call_token_ids()``. Where the body lacks the prompt's or the completion's
           ids, ``token_ids`` gives the call's whole sequence, checked against every id the body carries: it must
           start with ``result.prompt_token_ids``, end with ``result.token_ids``, and where the body carries both,
@@ -1854,15 +1871,15 @@ class RouteTrace:
         whatever ``layers`` selects).
 
         Raises:
-            R3WireError: ``result`` is not a ``ReadResult``; the call's tokens are neither in the response nor
-                given, or the given ones disagree with the response's prompt or completion ids (the first
-                differing position and both tokens named); ``start`` is not an integer in ``0 .. 2**63-1`` or
-                differs from ``result.start`` (0 for rows from token 0); the given ``token_ids`` are fewer than
-                ``result.total_tokens`` or than the rows where they are placed from ``result.start`` or token 0;
-                ``layers`` is not a slice or a sequence (list, 1-d array or tensor) of distinct layer indexes
-                selecting at least one layer; the selected routes or the call's tokens exceed ``max_elements``; a
-                row is partly -1 (row, layer and slot named); the expert counts differ; or anything :meth:`add`
-                raises. The trace is unchanged when this is raised.
+            R3WireError: ``result`` is not a ``ReadResult``; the call's tokens are neither in the response nor given, or
+                the given ones disagree with the response's prompt or completion ids (the first differing position and
+                both tokens named); ``start`` is not an integer in ``0 .. 2**63-1`` or differs from ``result.start`` (0
+                for rows from token 0); the given ``token_ids`` are fewer than ``result.total_tokens`` or than the rows
+                where they are placed from ``result.start`` or token 0; a prime-rl delta's ``result.start + rows`` is
+                not ``len(token_ids) - 1``; ``layers`` is not a slice or a sequence (list, 1-d array or tensor) of
+                distinct layer indexes selecting at least one layer; the selected routes or the call's tokens exceed
+                ``max_elements``; a row is partly -1 (row, layer and slot named); the expert counts differ; or anything
+                :meth:`add` raises. The trace is unchanged when this is raised.
         """
         # Imported here: ``import r3wire`` does not import the formats package, and batching must not make it.
         from r3wire.formats._common import MISSING_ROUTE, ROWS_FROM_ZERO, ReadResult  # noqa: PLC0415
@@ -1899,7 +1916,8 @@ class RouteTrace:
             routes = routes[:, picked]
         tokens = _result_tokens(result, token_ids, self._max_elements)
         if placed is not None:
-            _check_span(tokens.shape[0], result.total_tokens, placed, n_rows, source)
+            delta = result.start is not None and result.format in _DELTA_FORMATS
+            _check_span(tokens.shape[0], result.total_tokens, placed, n_rows, source, to_the_end=delta)
         try:
             keep = _replayed_rows(routes, result.mask, MISSING_ROUTE)
             self.add(
