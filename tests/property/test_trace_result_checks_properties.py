@@ -340,3 +340,35 @@ def test_add_results_memory_is_bounded_by_the_traces_max_elements_whatever_the_r
     assert peak < 1 << 18  # 64 ids and 64 tokens at most, and the bookkeeping around them
     if error is None:
         assert trace.finalize()[0].size <= max_elements
+
+
+@given(
+    n=st.integers(2, 40),
+    data=st.data(),
+    label=st.integers(-3, 3),
+    given_extra=st.integers(0, 3),
+)
+def test_a_delta_is_stitched_exactly_when_its_start_and_the_calls_tokens_agree(
+    n: int, data: st.DataObject, label: int, given_extra: int
+) -> None:
+    # prime-rl's rows run from start to the call's last forwarded token (n - 1 - start rows). The sidecar's start
+    # may be labelled off (`label`) and the caller may pass more tokens than the call's (`given_extra`): the rows
+    # are stitched at their true place, or the call is refused; never stitched off by some tokens.
+    rng = np.random.default_rng(n)
+    truth = rng.integers(0, EXPERTS, size=(n + 3, 1, 2), dtype=np.uint8)
+    tokens = list(range(1000, 1000 + n + 3))
+    true_start = data.draw(st.integers(0, n - 2))
+    stated = true_start + label
+    assume(stated >= 0)
+    rows = truth[true_start : n - 1]
+    result = formats.ReadResult(routes=rows, format="prime-rl", start=stated)
+    trace = RouteTrace(num_experts=EXPERTS)
+    if true_start:
+        trace.add(truth[:true_start], start=0, token_ids=tokens[: true_start + 1])
+    try:
+        trace.add_result(result, token_ids=tokens[: n + given_extra])
+    except R3WireError:
+        assert (label, given_extra) != (0, 0)
+        return
+    assert (label, given_extra) == (0, 0)
+    assert np.array_equal(trace.finalize()[0], truth[: n - 1])
