@@ -7,12 +7,13 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+from typing import Any
 
 import numpy as np
 import pytest
 
-from r3wire import R3WireError
-from r3wire.formats import ReadResult, read_response
+from r3wire import DecodeError, R3WireError
+from r3wire.formats import ReadResult, read_response, write
 
 
 def _npy(rows: np.ndarray) -> str:
@@ -23,6 +24,42 @@ def _npy(rows: np.ndarray) -> str:
 
 def _rows(count: int) -> np.ndarray:
     return (np.arange(count * 4) % 16).astype(np.uint8).reshape(count, 2, 2)
+
+
+# --- 3. an echo comes only from a `logprobs` value ---------------------------------------------------------------
+
+
+def test_sglang_output_token_logprobs_are_never_an_echo() -> None:
+    # SGLang has no echo: five entries for two output ids are refused, not cut to the last two.
+    entries = [[-0.1, 99, None], [-0.2, 98, None], [-0.3, 97, None], [-0.4, 4, None], [-0.5, 5, None]]
+    body: dict[str, Any] = {
+        "output_ids": [4, 5],
+        "prompt_token_ids": [1, 2, 3],
+        "meta_info": {"routed_experts": write(_rows(4).astype(np.int32), "sglang"), "output_token_logprobs": entries},
+    }
+    with pytest.raises(DecodeError) as info:
+        read_response(body, num_layers=2, top_k=2)
+    assert info.value.field == "$.meta_info.output_token_logprobs"
+    assert str(info.value) == (
+        "$.meta_info.output_token_logprobs must be one logprob per token id (2 at $.output_ids), got 5 logprobs"
+    )
+    body["meta_info"]["output_token_logprobs"] = entries[3:]
+    logprobs = read_response(body, num_layers=2, top_k=2)[0].logprobs
+    assert logprobs is not None
+    assert logprobs.tolist() == [-0.4, -0.5]
+
+
+def test_a_vllm_completions_echo_is_still_read() -> None:
+    choice = {
+        "prompt_token_ids": [1, 2, 3],
+        "token_ids": [4, 5],
+        "logprobs": {"token_logprobs": [None, -1.0, -2.0, -0.5, -0.25]},
+        "routed_experts": _npy(_rows(4)),
+    }
+    (result,) = read_response({"choices": [choice]})
+    assert result.logprobs is not None
+    assert result.logprobs.tolist() == [-0.5, -0.25]
+    assert result.num_clamped == 0
 
 
 # --- 4. a hand-built ReadResult holds one logprob per token id ---------------------------------------------------
@@ -51,3 +88,22 @@ def test_replace_of_a_read_result_is_checked_too() -> None:
     (result,) = read_response(body)
     with pytest.raises(R3WireError, match=r"ReadResult\.logprobs must be one logprob per token id"):
         dataclasses.replace(result, token_ids=np.array([4, 5, 6]))
+
+
+# --- 5. without token ids, an echo's logprobs are returned as read -----------------------------------------------
+
+
+def test_an_echo_without_token_ids_is_returned_as_read() -> None:
+    # vLLM sends token_ids and prompt_token_ids as null without return_token_ids: nothing tells the prompt's
+    # logprobs from the sampled ones, so all of them are returned (formats.md, "Echo").
+    choice = {
+        "prompt_token_ids": None,
+        "token_ids": None,
+        "logprobs": {"token_logprobs": [None, -1.0, -2.0, -0.5, -0.25]},
+        "routed_experts": _npy(_rows(4)),
+    }
+    (result,) = read_response({"choices": [choice]})
+    assert result.token_ids is None
+    assert result.logprobs is not None
+    assert result.logprobs.tolist() == [-9999.0, -1.0, -2.0, -0.5, -0.25]
+    assert result.num_clamped == 1

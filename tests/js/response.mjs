@@ -385,8 +385,10 @@ function aligned(ids, idsRaw, lp, sampled, prompt, promptRaw) {
   const where = `${lp[2]}${sampled.prefix}`;
   let skip = 0;
   if (total !== count) {
-    // Only a prompt in the token ids' own object is echoed (vLLM completions); a chat response's is not.
-    const echoed = prompt !== null && promptRaw[3] === idsRaw[3] ? prompt : null;
+    // Only a prompt in the token ids' own object is echoed (vLLM completions); a chat response's is not, and only
+    // a `logprobs` value holds an echo: SGLang's output_token_logprobs never does (SGLang has no echo).
+    const echoes = lp[0] === "logprobs" && prompt !== null && promptRaw[3] === idsRaw[3];
+    const echoed = echoes ? prompt : null;
     if (echoed === null || total !== echoed.length + count) {
       const echo = echoed === null ? "" : `, or ${echoed.length} + ${count} with the echoed prompt_token_ids`;
       throw new DecodeError(where, `one logprob per token id (${count} at ${idsRaw[2]}${echo})`, `${total} logprobs`);

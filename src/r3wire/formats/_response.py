@@ -256,8 +256,9 @@ def beside_routes(found: Found, *, max_elements: int | None = None) -> Beside:
     choices (a vLLM chat response, whose prompt all its choices share). When token ids and logprobs are both
     there, the logprobs must be one per token id: a shorter or longer list would put every logprob on the wrong
     token of a trainer's batch. The one shape that legitimately holds more is an echo (vLLM completions with
-    ``echo``): its logprobs cover ``prompt_token_ids`` (beside the token ids, in the same object) and then the
-    token ids, and only the token ids' own, the last ones, are returned. SGLang's ``[logprob, token_id, text]``
+    ``echo``): its ``logprobs`` cover ``prompt_token_ids`` (beside the token ids, in the same object) and then the
+    token ids, and only the token ids' own, the last ones, are returned. Only a ``logprobs`` value is read as an
+    echo: SGLang's ``output_token_logprobs`` never is (SGLang has no echo). SGLang's ``[logprob, token_id, text]``
     entries must name the token id they pair with.
 
     Raises:
@@ -277,8 +278,11 @@ def beside_routes(found: Found, *, max_elements: int | None = None) -> Beside:
     count, total = len(token_ids), len(near.result.values)
     result, skip = near.result, 0
     if total != count:
-        # Only a prompt in the token ids' own object is echoed (vLLM completions); a chat response's is not.
-        echoed = prompt_ids if prompt is not None and prompt[2] is holder else None
+        # Only a prompt in the token ids' own object is echoed (vLLM completions); a chat response's is not, and
+        # neither is an SGLang body's: SGLang has no echo (its prompt's logprobs are input_token_logprobs), so only a
+        # `logprobs` value may hold one, never output_token_logprobs.
+        echoes = near.key == KEY_LOGPROBS and prompt is not None and prompt[2] is holder
+        echoed = prompt_ids if echoes else None
         if echoed is None or total != len(echoed) + count:
             expected = f"one logprob per token id ({count} at {_path(ids_parts)}"
             if echoed is not None:
