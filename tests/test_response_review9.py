@@ -26,6 +26,94 @@ def _rows(count: int) -> np.ndarray:
     return (np.arange(count * 4) % 16).astype(np.uint8).reshape(count, 2, 2)
 
 
+# --- 1. a start the payload states: rows end at the call's last forwarded token --------------------------------
+
+
+@pytest.mark.parametrize(("start", "rows"), [(0, 5), (1, 4), (4, 1), (5, 0)])
+def test_prime_rl_rows_ending_at_the_last_forwarded_token_are_read(start: int, rows: int) -> None:
+    # A call of 6 tokens (3 prompt + 3 completion): prime-rl sends n - 1 - start rows, ending at position 4.
+    body = {
+        "prompt_token_ids": [1, 2, 3],
+        "choices": [{"token_ids": [4, 5, 6], "routed_experts": write(_rows(rows), "prime-rl", start=start)}],
+    }
+    (result,) = read_response(body)
+    assert (result.start, result.routes.shape[0]) == (start, rows)
+
+
+@pytest.mark.parametrize(("start", "rows"), [(1, 2), (2, 4), (0, 4), (6, 0), (3, 1)])
+def test_prime_rl_rows_that_miss_the_last_forwarded_token_are_refused(start: int, rows: int) -> None:
+    # One too far (a row for the last sampled token, which no engine forwards), or short of it: a stated start
+    # that is off, or rows that stop early, would put rows against other tokens.
+    body = {
+        "prompt_token_ids": [1, 2, 3],
+        "choices": [{"token_ids": [4, 5, 6], "routed_experts": write(_rows(rows), "prime-rl", start=start)}],
+    }
+    with pytest.raises(DecodeError) as info:
+        read_response(body)
+    assert info.value.field == "$.choices[0].routed_experts"
+    assert str(info.value) == (
+        "$.choices[0].routed_experts must be rows that end at the call's last forwarded token: start + rows = 5 "
+        "(6 tokens: 3 at $.prompt_token_ids + 3 at $.choices[0].token_ids; prime-rl states its start, and its rows "
+        f"run from it to the call's last forwarded token, n - 1), got start {start} + {rows} rows = {start + rows}"
+    )
+
+
+def test_prime_rl_with_a_null_start_is_held_to_it_as_zero() -> None:
+    # prime-rl reads a null start as 0 (as verifiers does): the rows are then the whole call's, n - 1 of them.
+    payload = {**write(_rows(4), "prime-rl"), "start": None}
+    body = {"choices": [{"prompt_token_ids": [1, 2], "token_ids": [3, 4, 5], "routed_experts": payload}]}
+    assert read_response(body)[0].start == 0
+    body["choices"][0]["token_ids"] = [3, 4, 5, 6]  # 6 tokens: 5 rows from 0
+    with pytest.raises(DecodeError, match=r"start \+ rows = 5 .*got start 0 \+ 4 rows = 4") as info:
+        read_response(body)
+    assert info.value.field == "$.choices[0].routed_experts"
+
+
+def test_dynamo_nvext_prime_rl_object_is_held_alike() -> None:
+    # dynamo's vLLM backend forwards prime-rl's object; a body giving both ids holds it to the same end.
+    body: dict[str, Any] = {
+        "prompt_token_ids": [1, 2, 3],
+        "token_ids": [4, 5],
+        "nvext": {"routed_experts": write(_rows(2), "prime-rl", start=1)},
+    }
+    with pytest.raises(DecodeError) as info:
+        read_response(body)
+    assert info.value.field == "$.nvext.routed_experts"
+    assert "start + rows = 4 (5 tokens" in str(info.value)
+    body["nvext"]["routed_experts"] = write(_rows(2), "prime-rl", start=2)
+    assert read_response(body)[0].start == 2
+
+
+def test_without_both_ids_a_stated_start_is_not_held_to_an_end() -> None:
+    # The call's length is unknown without the prompt's ids (prime-rl's own generate body): nothing to check.
+    body = {"choices": [{"token_ids": [4, 5, 6], "routed_experts": write(_rows(2), "prime-rl", start=1)}]}
+    assert read_response(body)[0].start == 1
+
+
+def test_formats_without_a_stated_start_keep_the_bound() -> None:
+    # vLLM's rows carry no start: n - 1 from 0 (or fewer, a prompt start the caller asked for), at most n.
+    for rows in (2, 5, 6):
+        body = {
+            "prompt_token_ids": [1, 2, 3],
+            "choices": [{"token_ids": [4, 5, 6], "routed_experts": _npy(_rows(rows))}],
+        }
+        assert read_response(body)[0].routes.shape[0] == rows
+
+
+def test_fireworks_suffix_may_end_at_the_last_token() -> None:
+    pytest.importorskip("zstandard")
+    for start, rows, fits in ((2, 3, True), (2, 4, True), (2, 2, False), (3, 1, False)):
+        value = write(_rows(rows), "fireworks-r3v1", start=start, total_tokens=6)
+        body = {"prompt_token_ids": [1, 2, 3], "token_ids": [4, 5, 6], "routing": {"routed_experts": value}}
+        if fits:
+            assert read_response(body, num_layers=2, top_k=2)[0].start == start
+            continue
+        with pytest.raises(DecodeError) as info:
+            read_response(body, num_layers=2, top_k=2)
+        assert info.value.field == "$.routing.routed_experts"
+        assert "its last token: start + rows = 5 or 6" in str(info.value)
+
+
 # --- 3. an echo comes only from a `logprobs` value ---------------------------------------------------------------
 
 

@@ -300,28 +300,61 @@ def beside_routes(found: Found, *, max_elements: int | None = None) -> Beside:
     return Beside(token_ids, prompt_ids, result, ids_parts, prompt_parts)
 
 
-def check_call_fits(rows: int, start: int | None, beside: Beside, routes_parts: tuple[object, ...]) -> None:
+# Formats whose payload states the start of its rows, and where those rows may end in a call of n tokens (when
+# read_response has the call's prompt and completion ids): prime-rl's (and dynamo's vLLM backend, which forwards
+# prime-rl's object) are n - 1 - start rows by definition, ending at the call's last forwarded token (docs/formats.md,
+# "The call's token ids"); Fireworks' rows count tokens of the whole sequence (an ALL payload holds one per token,
+# total_token_count of them: docs/formats.md, "Fireworks r3/v1"), so a SUFFIX may also end at the last token, n.
+_STATED_START_ENDS: Final = {
+    "prime-rl": (1,),
+    "fireworks-r3v1": (1, 0),
+    "fireworks-trace": (1, 0),
+}
+
+
+def check_call_fits(
+    rows: int, start: int | None, beside: Beside, routes_parts: tuple[object, ...], format_name: str | None = None
+) -> None:
     """Hold routes to the engine call that ``beside``'s token ids make (prompt + completion), when both are there.
 
     Row ``r`` is the routing at position ``start + r`` of the call, so a call of ``n`` tokens has at most ``n``
     rows from position 0 (the engines send ``n - 1``: the last sampled token is never forwarded). More rows than
-    that cannot belong to the call: the body's routes and token ids are misaligned.
+    that cannot belong to the call: the body's routes and token ids are misaligned. When the payload itself states
+    the start (``format_name`` prime-rl, or a Fireworks SUFFIX), the rows must also end where that format's rows
+    end: ``start + rows == n - 1`` (prime-rl sends ``n - 1 - start`` rows), or ``n - 1`` or ``n`` for Fireworks. A
+    stated start off by one, or rows stopping short, would otherwise put every row on another token.
 
     Raises:
-        DecodeError: ``start + rows`` exceeds the call's token count; the field is the routes' JSONPath.
+        DecodeError: ``start + rows`` exceeds the call's token count, or misses the end a stated start's format
+            puts it at; the field is the routes' JSONPath, the message names start, rows and both token counts.
     """
     if beside.token_ids is None or beside.prompt_token_ids is None:
         return
     prompt, completion = len(beside.prompt_token_ids), len(beside.token_ids)
     tokens, first = prompt + completion, start or 0
-    if first + rows <= tokens:
+    counts = f"{prompt} at {_path(beside.prompt_parts)} + {completion} at {_path(beside.token_ids_parts)}"
+    if first + rows > tokens:
+        expected = (
+            f"rows that fit the call: start + rows <= {tokens} tokens ({counts}; engines send one row fewer, the "
+            "last sampled token is never forwarded)"
+        )
+        got = f"start {first} + {rows} rows = {first + rows}" if first else f"{rows} rows"
+        raise relocated(DecodeError.make(None, expected, got, raw=True), routes_parts)
+    ends = _STATED_START_ENDS.get(format_name or "") if start is not None else None
+    if ends is None:
+        return
+    allowed = [tokens - short for short in ends]
+    if first + rows in allowed:
         return
     expected = (
-        f"rows that fit the call: start + rows <= {tokens} tokens ({prompt} at {_path(beside.prompt_parts)} + "
-        f"{completion} at {_path(beside.token_ids_parts)}; engines send one row fewer, the last sampled token is "
-        "never forwarded)"
+        "rows that end at the call's last forwarded token"
+        + ("" if len(ends) == 1 else " or its last token")
+        + f": start + rows = {' or '.join(map(str, allowed))} ({tokens} tokens: {counts}; {format_name} states "
+        "its start, and its rows run from it to "
+        + ("the call's last forwarded token, n - 1" if len(ends) == 1 else "n - 1 or the last token, n")
+        + ")"
     )
-    got = f"start {first} + {rows} rows = {first + rows}" if first else f"{rows} rows"
+    got = f"start {first} + {rows} rows = {first + rows}"
     raise relocated(DecodeError.make(None, expected, got, raw=True), routes_parts)
 
 
