@@ -195,3 +195,46 @@ def test_an_echo_without_token_ids_is_returned_as_read() -> None:
     assert result.logprobs is not None
     assert result.logprobs.tolist() == [-9999.0, -1.0, -2.0, -0.5, -0.25]
     assert result.num_clamped == 1
+
+
+# --- 2. token ids under keys r3wire does not read ------------------------------------------------------------------
+
+
+def test_nemo_rl_generation_token_ids_are_not_read_and_the_error_says_so() -> None:
+    # formats.md, "The call's token ids", *Not read*: the message's prompt ids are read, its generation_token_ids /
+    # generation_log_probs are not (no NVIDIA-NeMo/RL commit pinned); the error names them instead of only vLLM's.
+    message = {
+        "role": "assistant",
+        "content": "a",
+        "routed_experts": write(_rows(4).astype(np.int8), "nemo-rl"),
+        "prompt_token_ids": [1, 2, 3],
+        "generation_token_ids": [7, 8],
+        "generation_log_probs": [-0.1, -0.2],
+    }
+    (result,) = read_response({"choices": [{"index": 0, "finish_reason": "stop", "message": message}]})
+    assert result.prompt_token_ids is not None
+    assert result.prompt_token_ids.tolist() == [1, 2, 3]
+    assert result.token_ids is None
+    assert result.logprobs is None
+    with pytest.raises(R3WireError) as info:
+        result.call_token_ids()
+    assert info.value.field == "token_ids"
+    assert "NeMo-RL's message generation_token_ids" in str(info.value)
+
+
+def test_rllm_prompt_and_completion_ids_are_not_read() -> None:
+    body = {
+        "prompt_ids": [1, 2],
+        "completion_ids": [3],
+        "logprobs": [-0.5],
+        "routing_matrices": [None, "AQIDBA==", "BQYHAA=="],
+    }
+    (result,) = read_response(body, num_layers=2, top_k=2)
+    assert result.token_ids is None
+    assert result.prompt_token_ids is None
+    assert result.logprobs is not None
+    assert result.logprobs.tolist() == [-0.5]
+    with pytest.raises(R3WireError) as info:
+        result.call_token_ids()
+    assert info.value.field == "prompt_token_ids"
+    assert "rLLM's prompt_ids" in str(info.value)

@@ -166,14 +166,17 @@ class ReadResult:
             raise R3WireError.make(
                 "prompt_token_ids",
                 f"the prompt's token ids{where} (vLLM: request return_token_ids=true; SGLang /generate: "
-                "return_prompt_token_ids=true; other bodies: prepend the caller's prompt ids to token_ids)",
+                "return_prompt_token_ids=true; other bodies, such as rLLM's prompt_ids, which r3wire does not read: "
+                "prepend the caller's prompt ids to token_ids)",
                 "a response without them",
                 raw=True,
             )
         if self.token_ids is None:
             raise R3WireError.make(
                 "token_ids",
-                f"the completion's token ids{where} (vLLM: request return_token_ids=true; SGLang: output_ids)",
+                f"the completion's token ids{where} (vLLM: request return_token_ids=true; SGLang: output_ids; "
+                "other bodies, such as NeMo-RL's message generation_token_ids or rLLM's completion_ids, which r3wire "
+                "does not read: join the call's own ids)",
                 "a response without them",
                 raw=True,
             )

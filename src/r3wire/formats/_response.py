@@ -69,7 +69,8 @@ KEY_TOKEN_LOGPROBS: Final = "token_logprobs"  # OpenAI completions: logprobs.tok
 KEY_CONTENT: Final = "content"  # OpenAI chat and vLLM generate: logprobs.content[i].logprob
 _INT64_MAX: Final = (1 << 63) - 1
 # Per-token side channels no engine nests routes in: never walked, so a 32k-token body with logprobs content costs
-# the walk almost nothing (they are still read as token ids and logprobs when they sit beside the routes).
+# the walk almost nothing. Beside the routes, only TOKEN_ID_KEYS, prompt_token_ids, logprobs and output_token_logprobs
+# are read; the others (rLLM's prompt_ids / completion_ids, top-k and prompt logprobs) are not.
 _NO_ROUTES_KEYS: Final = frozenset(
     {
         "token_ids",
