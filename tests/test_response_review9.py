@@ -7,13 +7,50 @@ from __future__ import annotations
 import base64
 import dataclasses
 import io
+import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import orjson
 import pytest
 
 from r3wire import DecodeError, R3WireError
 from r3wire.formats import ReadResult, read_response, write
+
+# Published vectors for these rules, also read by the JavaScript reference (tests/js/run_vectors.mjs).
+VECTORS: list[dict[str, Any]] = json.loads(
+    (Path(__file__).parent / "vectors" / "response-stated-start-v1.json").read_text(encoding="utf-8")
+)["cases"]
+READS = [c for c in VECTORS if c.get("verdict") != "reject"]
+REJECTS = [c for c in VECTORS if c.get("verdict") == "reject"]
+
+
+@pytest.mark.parametrize("case", READS, ids=[c["name"] for c in READS])
+@pytest.mark.parametrize("as_text", [False, True])
+def test_vector_bodies_read_to_their_results(case: dict[str, Any], as_text: bool) -> None:
+    body = orjson.dumps(case["body"]) if as_text else case["body"]
+    results = read_response(body, **case["read_args"])
+    assert len(results) == len(case["results"])
+    for result, want in zip(results, case["results"], strict=True):
+        assert (result.path, result.format, str(result.routes.dtype)) == (want["path"], want["format"], want["dtype"])
+        assert result.routes.tolist() == want["values"]
+        assert result.start == want.get("start")
+        assert (None if result.token_ids is None else result.token_ids.tolist()) == want["token_ids"]
+        prompt = None if result.prompt_token_ids is None else result.prompt_token_ids.tolist()
+        assert prompt == want["prompt_token_ids"]
+        assert (None if result.logprobs is None else result.logprobs.tolist()) == want["logprobs"]
+        assert result.num_clamped == want["num_clamped"]
+
+
+@pytest.mark.parametrize("case", REJECTS, ids=[c["name"] for c in REJECTS])
+@pytest.mark.parametrize("as_text", [False, True])
+def test_vector_bodies_are_refused_at_their_field(case: dict[str, Any], as_text: bool) -> None:
+    body = orjson.dumps(case["body"]) if as_text else case["body"]
+    with pytest.raises(DecodeError) as info:
+        read_response(body, **case["read_args"])
+    assert info.value.field == case["field"]
+    assert str(info.value) == case["error"]
 
 
 def _npy(rows: np.ndarray) -> str:
