@@ -305,7 +305,7 @@ def beside_routes(found: Found, *, max_elements: int | None = None) -> Beside:
 # read_response has the call's prompt and completion ids): prime-rl's (and dynamo's vLLM backend, which forwards
 # prime-rl's object) are n - 1 - start rows by definition, ending at the call's last forwarded token (docs/formats.md,
 # "The call's token ids"); Fireworks' rows count tokens of the whole sequence (an ALL payload holds one per token,
-# total_token_count of them: docs/formats.md, "Fireworks r3/v1"), so a SUFFIX may also end at the last token, n.
+# total_token_count of them: docs/formats.md, `fireworks-r3v1`), so a SUFFIX may also end at the last token, n.
 _STATED_START_ENDS: Final = {
     "prime-rl": (1,),
     "fireworks-r3v1": (1, 0),
