@@ -155,10 +155,23 @@ def test_token_id_lists_are_bounded_by_max_elements() -> None:
 
 
 @pytest.mark.parametrize(
-    ("start", "rows", "fits"), [(None, 4, True), (None, 5, True), (None, 6, False), (3, 2, True), (3, 3, False)]
+    ("start", "rows", "refusal"),
+    [
+        (None, 4, None),
+        (None, 5, None),
+        (None, 6, "start + rows <= 5 tokens"),
+        (3, 1, None),
+        (2, 2, None),
+        (3, 3, "start + rows <= 5 tokens"),
+        # prime-rl states its start, and its rows end at the call's last forwarded token: n - 1 - start rows.
+        (3, 2, "start + rows = 4 (5 tokens"),
+        (1, 2, "start + rows = 4 (5 tokens"),
+    ],
 )
-def test_routes_fit_the_call(start: int | None, rows: int, fits: bool) -> None:
-    # A call of 5 tokens (3 prompt + 2 completion): start + rows <= 5. vLLM and SGLang send 4 from row 0.
+def test_routes_fit_the_call(start: int | None, rows: int, refusal: str | None) -> None:
+    # A call of 5 tokens (3 prompt + 2 completion): start + rows <= 5. vLLM and SGLang send 4 from row 0; prime-rl
+    # sends exactly the rows from its start to the call's last forwarded token (start + rows == 4).
+    fits = refusal is None
     routes = np.zeros((rows, 2, 2), dtype=np.uint8)
     value = write(routes, "prime-rl", start=start) if start is not None else write(routes, "vllm-npy")
     body = {"choices": [{"prompt_token_ids": [1, 2, 3], "token_ids": [4, 5], "routed_experts": value}]}
@@ -169,7 +182,8 @@ def test_routes_fit_the_call(start: int | None, rows: int, fits: bool) -> None:
     with pytest.raises(DecodeError) as info:
         read_response(body)
     assert info.value.field == "$.choices[0].routed_experts"
-    assert "start + rows <= 5 tokens" in str(info.value)
+    assert refusal is not None
+    assert refusal in str(info.value)
     # Without the prompt ids the call's length is unknown: nothing to hold the routes to.
     del body["choices"][0]["prompt_token_ids"]
     assert read_response(body)[0].prompt_token_ids is None

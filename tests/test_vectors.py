@@ -160,6 +160,7 @@ KNOWN_VECTOR_FILES = [
     "response-errors-v2.json",
     "response-errors-v3.json",
     "response-prompt-ids-v1.json",
+    "response-stated-start-v1.json",
     "routes-v1-packed.json",
     "routes-v1.json",
 ]

@@ -53,6 +53,9 @@ const NOT_SEARCHED = new Set([
 ]);
 const TOKEN_KEYS = ["token_ids", "output_ids"];
 const PROMPT_KEYS = ["prompt_token_ids"];
+// formats.md, "The routes fit the call": where the rows of a format whose payload states their start end, as how many
+// tokens short of the call's n (prime-rl: n - 1 - start rows; Fireworks: n - 1 or n).
+const STATED_START_ENDS = { "prime-rl": [1n], "fireworks-r3v1": [1n, 0n], "fireworks-trace": [1n, 0n] };
 const INT64_MAX = (1n << 63n) - 1n;
 const LOGPROB_KEYS = ["logprobs", "output_token_logprobs"];
 // What a missing or non-finite sampled logprob becomes (docs/logprobs.md: clamp_logprobs).
@@ -385,8 +388,10 @@ function aligned(ids, idsRaw, lp, sampled, prompt, promptRaw) {
   const where = `${lp[2]}${sampled.prefix}`;
   let skip = 0;
   if (total !== count) {
-    // Only a prompt in the token ids' own object is echoed (vLLM completions); a chat response's is not.
-    const echoed = prompt !== null && promptRaw[3] === idsRaw[3] ? prompt : null;
+    // Only a prompt in the token ids' own object is echoed (vLLM completions); a chat response's is not, and only
+    // a `logprobs` value holds an echo: SGLang's output_token_logprobs never does (SGLang has no echo).
+    const echoes = lp[0] === "logprobs" && prompt !== null && promptRaw[3] === idsRaw[3];
+    const echoed = echoes ? prompt : null;
     if (echoed === null || total !== echoed.length + count) {
       const echo = echoed === null ? "" : `, or ${echoed.length} + ${count} with the echoed prompt_token_ids`;
       throw new DecodeError(where, `one logprob per token id (${count} at ${idsRaw[2]}${echo})`, `${total} logprobs`);
@@ -473,6 +478,13 @@ export function readResponse(input, options = {}) {
       const count = BigInt(prompt.length + tokens.length);
       if (BigInt(first) + rows > count) {
         throw new DecodeError(path, `rows that fit the call: start + rows <= ${count} tokens`, `${rows} rows from ${first}`);
+      }
+      // A start the payload states (prime-rl; Fireworks SUFFIX) puts the rows' end where that format's rows end:
+      // the call's last forwarded token, n - 1 (Fireworks: or its last token, n).
+      const ends = result.start === null || result.start === undefined ? undefined : STATED_START_ENDS[format];
+      if (ends !== undefined && !ends.some((short) => BigInt(first) + rows === count - short)) {
+        const allowed = ends.map((short) => count - short).join(" or ");
+        throw new DecodeError(path, `rows that end at the call's last forwarded token: start + rows = ${allowed}`, `${rows} rows from ${first}`);
       }
     }
     // formats.md, "sglang": the counts SGLang's meta_info states beside its routes bound them the same way (read

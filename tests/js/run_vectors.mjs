@@ -174,7 +174,8 @@ const KINDS = {
 };
 
 /**
- * A whole-response case (response-engines-v1.json, response-alignment-v1.json, response-prompt-ids-v1.json): every
+ * A whole-response case (response-engines-v1.json, response-alignment-v1.json, response-prompt-ids-v1.json,
+ * response-stated-start-v1.json): every
  * routes field, in order,
  * with what is beside it; or, with verdict "reject", the field the DecodeError names.
  */

@@ -630,7 +630,9 @@ def read_response(
         :func:`r3wire.clamp_logprobs` does) and counted in ``num_clamped``; when both are there, one logprob
         per token id (an echo's prompt logprobs left out). With both prompt and completion ids,
         :meth:`ReadResult.call_token_ids` is the engine call's whole sequence, and the routes fit it:
-        ``start + rows <= len(prompt) + len(completion)``. ``[]`` when the body has no routes.
+        ``start + rows <= len(prompt) + len(completion)``, and where the payload states the start (prime-rl,
+        Fireworks SUFFIX) the rows end where that format's rows end (prime-rl: ``start + rows == n - 1``, the
+        call's last forwarded token; Fireworks: ``n - 1`` or ``n``). ``[]`` when the body has no routes.
 
     Raises:
         DecodeError: the body is neither JSON text nor a parsed object or array (field ``$``, naming its type),
@@ -639,7 +641,8 @@ def read_response(
             (or an SGLang entry names another token id), or
             token ids (prompt or completion) are malformed or more than ``max_elements``, or the routes have more
             rows than the call's prompt and completion ids (or SGLang's ``meta_info`` ``prompt_tokens`` and
-            ``completion_tokens`` beside them) have tokens, or a routes value holds ``routed_experts``
+            ``completion_tokens`` beside them) have tokens, or rows from a start the payload states do not end
+            where that format's rows end in the call those ids make, or a routes value holds ``routed_experts``
             again, or a body built in process holds a reference cycle or shares containers past the bound of
             :class:`r3wire._walk.Guard`; the field is the JSONPath of the problem
             (``$.choices[0].routed_experts.shape``, ``$.choices[0].logprobs.content``, ``$.prompt_token_ids[2]``,
@@ -709,7 +712,7 @@ def read_response(
         except R3WireError as exc:
             raise _placed(exc, found.parts, found.value, wrapped=wrapped) from exc
         beside = beside_routes(found, max_elements=limit)
-        check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts)
+        check_call_fits(int(result.routes.shape[0]), result.start, beside, found.parts, result.format)
         check_counts_fit(int(result.routes.shape[0]), result.start, found)
         clamped = beside.logprobs
         read_beside = (beside.token_ids, beside.prompt_token_ids, None if clamped is None else clamped.values)

@@ -97,7 +97,8 @@ class ReadResult:
         R3WireError: (constructing one) a field of another type, shape or range than described above, named
             ``ReadResult.<field>``: ``routes`` not a 3-d integer NumPy array; ``mask`` not a bool ``[rows]`` array;
             ``token_ids`` / ``prompt_token_ids`` not 1-d integer arrays;
-            ``logprobs`` not a 1-d float array; ``start`` / ``total_tokens`` not integers in ``0 .. 2**63-1``,
+            ``logprobs`` not a 1-d float array, or not one per token id when ``token_ids`` is given too;
+            ``start`` / ``total_tokens`` not integers in ``0 .. 2**63-1``,
             ``num_experts`` not in ``1 .. 2**31``, ``bits`` not in ``1 .. 31``, ``num_clamped`` not in
             ``0 .. len(logprobs)``; ``format`` not a str, ``path`` not None or a str, ``parts`` not a tuple.
     """
@@ -134,6 +135,16 @@ class ReadResult:
             logprobs = _field_array(self.logprobs, "logprobs", "None or a 1-d float NumPy array")
             if logprobs.dtype.kind != "f" or logprobs.ndim != 1:
                 raise _field_error("logprobs", "None or a 1-d float NumPy array", logprobs)
+            if self.token_ids is not None and logprobs.shape[0] != self.token_ids.shape[0]:
+                # One sampled logprob per token id, as read_response guarantees: trainer-batch.md's
+                # offsets = n - logprobs.size would otherwise put every logprob on the wrong token.
+                count = int(self.token_ids.shape[0])
+                raise R3WireError.make(
+                    "ReadResult.logprobs",
+                    f"one logprob per token id ({count} in ReadResult.token_ids)",
+                    f"{int(logprobs.shape[0])} logprobs",
+                    raw=True,
+                )
         _set_int(self, "start", 0, MAX_DIM)
         _set_int(self, "total_tokens", 0, MAX_DIM)
         _set_int(self, "bits", 1, MAX_BITS)
@@ -163,14 +174,17 @@ class ReadResult:
             raise R3WireError.make(
                 "prompt_token_ids",
                 f"the prompt's token ids{where} (vLLM: request return_token_ids=true; SGLang /generate: "
-                "return_prompt_token_ids=true; other bodies: prepend the caller's prompt ids to token_ids)",
+                "return_prompt_token_ids=true; other bodies, such as rLLM's prompt_ids, which r3wire does not read: "
+                "prepend the caller's prompt ids to token_ids)",
                 "a response without them",
                 raw=True,
             )
         if self.token_ids is None:
             raise R3WireError.make(
                 "token_ids",
-                f"the completion's token ids{where} (vLLM: request return_token_ids=true; SGLang: output_ids)",
+                f"the completion's token ids{where} (vLLM: request return_token_ids=true; SGLang: output_ids; "
+                "other bodies, such as NeMo-RL's message generation_token_ids or rLLM's completion_ids, which r3wire "
+                "does not read: join the call's own ids)",
                 "a response without them",
                 raw=True,
             )

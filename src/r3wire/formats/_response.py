@@ -69,7 +69,8 @@ KEY_TOKEN_LOGPROBS: Final = "token_logprobs"  # OpenAI completions: logprobs.tok
 KEY_CONTENT: Final = "content"  # OpenAI chat and vLLM generate: logprobs.content[i].logprob
 _INT64_MAX: Final = (1 << 63) - 1
 # Per-token side channels no engine nests routes in: never walked, so a 32k-token body with logprobs content costs
-# the walk almost nothing (they are still read as token ids and logprobs when they sit beside the routes).
+# the walk almost nothing. Beside the routes, only TOKEN_ID_KEYS, prompt_token_ids, logprobs and output_token_logprobs
+# are read; the others (rLLM's prompt_ids / completion_ids, top-k and prompt logprobs) are not.
 _NO_ROUTES_KEYS: Final = frozenset(
     {
         "token_ids",
@@ -256,8 +257,9 @@ def beside_routes(found: Found, *, max_elements: int | None = None) -> Beside:
     choices (a vLLM chat response, whose prompt all its choices share). When token ids and logprobs are both
     there, the logprobs must be one per token id: a shorter or longer list would put every logprob on the wrong
     token of a trainer's batch. The one shape that legitimately holds more is an echo (vLLM completions with
-    ``echo``): its logprobs cover ``prompt_token_ids`` (beside the token ids, in the same object) and then the
-    token ids, and only the token ids' own, the last ones, are returned. SGLang's ``[logprob, token_id, text]``
+    ``echo``): its ``logprobs`` cover ``prompt_token_ids`` (beside the token ids, in the same object) and then the
+    token ids, and only the token ids' own, the last ones, are returned. Only a ``logprobs`` value is read as an
+    echo: SGLang's ``output_token_logprobs`` never is (SGLang has no echo). SGLang's ``[logprob, token_id, text]``
     entries must name the token id they pair with.
 
     Raises:
@@ -277,8 +279,11 @@ def beside_routes(found: Found, *, max_elements: int | None = None) -> Beside:
     count, total = len(token_ids), len(near.result.values)
     result, skip = near.result, 0
     if total != count:
-        # Only a prompt in the token ids' own object is echoed (vLLM completions); a chat response's is not.
-        echoed = prompt_ids if prompt is not None and prompt[2] is holder else None
+        # Only a prompt in the token ids' own object is echoed (vLLM completions); a chat response's is not, and
+        # neither is an SGLang body's: SGLang has no echo (its prompt's logprobs are input_token_logprobs), so only a
+        # `logprobs` value may hold one, never output_token_logprobs.
+        echoes = near.key == KEY_LOGPROBS and prompt is not None and prompt[2] is holder
+        echoed = prompt_ids if echoes else None
         if echoed is None or total != len(echoed) + count:
             expected = f"one logprob per token id ({count} at {_path(ids_parts)}"
             if echoed is not None:
@@ -296,28 +301,61 @@ def beside_routes(found: Found, *, max_elements: int | None = None) -> Beside:
     return Beside(token_ids, prompt_ids, result, ids_parts, prompt_parts)
 
 
-def check_call_fits(rows: int, start: int | None, beside: Beside, routes_parts: tuple[object, ...]) -> None:
+# Formats whose payload states the start of its rows, and where those rows may end in a call of n tokens (when
+# read_response has the call's prompt and completion ids): prime-rl's (and dynamo's vLLM backend, which forwards
+# prime-rl's object) are n - 1 - start rows by definition, ending at the call's last forwarded token (docs/formats.md,
+# "The call's token ids"); Fireworks' rows count tokens of the whole sequence (an ALL payload holds one per token,
+# total_token_count of them: docs/formats.md, `fireworks-r3v1`), so a SUFFIX may also end at the last token, n.
+_STATED_START_ENDS: Final = {
+    "prime-rl": (1,),
+    "fireworks-r3v1": (1, 0),
+    "fireworks-trace": (1, 0),
+}
+
+
+def check_call_fits(
+    rows: int, start: int | None, beside: Beside, routes_parts: tuple[object, ...], format_name: str | None = None
+) -> None:
     """Hold routes to the engine call that ``beside``'s token ids make (prompt + completion), when both are there.
 
     Row ``r`` is the routing at position ``start + r`` of the call, so a call of ``n`` tokens has at most ``n``
     rows from position 0 (the engines send ``n - 1``: the last sampled token is never forwarded). More rows than
-    that cannot belong to the call: the body's routes and token ids are misaligned.
+    that cannot belong to the call: the body's routes and token ids are misaligned. When the payload itself states
+    the start (``format_name`` prime-rl, or a Fireworks SUFFIX), the rows must also end where that format's rows
+    end: ``start + rows == n - 1`` (prime-rl sends ``n - 1 - start`` rows), or ``n - 1`` or ``n`` for Fireworks. A
+    stated start off by one, or rows stopping short, would otherwise put every row on another token.
 
     Raises:
-        DecodeError: ``start + rows`` exceeds the call's token count; the field is the routes' JSONPath.
+        DecodeError: ``start + rows`` exceeds the call's token count, or misses the end a stated start's format
+            puts it at; the field is the routes' JSONPath, the message names start, rows and both token counts.
     """
     if beside.token_ids is None or beside.prompt_token_ids is None:
         return
     prompt, completion = len(beside.prompt_token_ids), len(beside.token_ids)
     tokens, first = prompt + completion, start or 0
-    if first + rows <= tokens:
+    counts = f"{prompt} at {_path(beside.prompt_parts)} + {completion} at {_path(beside.token_ids_parts)}"
+    if first + rows > tokens:
+        expected = (
+            f"rows that fit the call: start + rows <= {tokens} tokens ({counts}; engines send one row fewer, the "
+            "last sampled token is never forwarded)"
+        )
+        got = f"start {first} + {rows} rows = {first + rows}" if first else f"{rows} rows"
+        raise relocated(DecodeError.make(None, expected, got, raw=True), routes_parts)
+    ends = _STATED_START_ENDS.get(format_name or "") if start is not None else None
+    if ends is None:
+        return
+    allowed = [tokens - short for short in ends]
+    if first + rows in allowed:
         return
     expected = (
-        f"rows that fit the call: start + rows <= {tokens} tokens ({prompt} at {_path(beside.prompt_parts)} + "
-        f"{completion} at {_path(beside.token_ids_parts)}; engines send one row fewer, the last sampled token is "
-        "never forwarded)"
+        "rows that end at the call's last forwarded token"
+        + ("" if len(ends) == 1 else " or its last token")
+        + f": start + rows = {' or '.join(map(str, allowed))} ({tokens} tokens: {counts}; {format_name} states "
+        "its start, and its rows run from it to "
+        + ("the call's last forwarded token, n - 1" if len(ends) == 1 else "n - 1 or the last token, n")
+        + ")"
     )
-    got = f"start {first} + {rows} rows = {first + rows}" if first else f"{rows} rows"
+    got = f"start {first} + {rows} rows = {first + rows}"
     raise relocated(DecodeError.make(None, expected, got, raw=True), routes_parts)
 
 
