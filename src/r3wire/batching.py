@@ -1369,7 +1369,9 @@ def _result_tokens(result: ReadResult, token_ids: object, limit: int) -> Array:
             raise _fail(
                 "token_ids",
                 "the call's token ids, prompt then completion: carried by the response (vLLM return_token_ids, "
-                "SGLang return_prompt_token_ids) or passed as token_ids=",
+                "SGLang return_prompt_token_ids) or passed as token_ids= (bodies whose ids r3wire does not read, "
+                "such as NeMo-RL's message generation_token_ids or rLLM's prompt_ids/completion_ids, need "
+                "token_ids=)",
                 f"a response without {'prompt_token_ids' if prompt is None else 'token_ids'}",
             )
         count = n_prompt + completion.shape[0]
