@@ -38,21 +38,29 @@ def _body(form: str, prompt: list[int], completion: list[int], rows: Array, star
     return orjson.dumps({"choices": [choice], "prompt_token_ids": prompt})
 
 
-@given(
+# A trajectory's shape and seed, and the calls it is cut into (drawn in the test).
+_TRAJECTORIES = given(
     layers=st.integers(1, 3),
     top_k=st.integers(1, 3),
     length=st.integers(2, 24),
     seed=st.integers(0, 2**32 - 1),
     data=st.data(),
 )
+
+
+def _trajectory(layers: int, top_k: int, length: int, seed: int) -> tuple[list[int], Array, RouteTrace, Array]:
+    """Its tokens, each row's true routing (the last token is never routed), an empty trace, no row replayed."""
+    rng = np.random.default_rng(seed)
+    tokens: list[int] = rng.integers(0, 50_000, length).tolist()
+    truth = rng.integers(0, EXPERTS, (length - 1, layers, top_k)).astype(np.uint8)
+    return tokens, truth, RouteTrace(num_experts=EXPERTS), np.zeros(length - 1, dtype=bool)
+
+
+@_TRAJECTORIES
 def test_a_trajectory_from_bodies_replays_each_rows_own_routing(
     layers: int, top_k: int, length: int, seed: int, data: st.DataObject
 ) -> None:
-    rng = np.random.default_rng(seed)
-    tokens = rng.integers(0, 50_000, length).tolist()
-    truth = rng.integers(0, EXPERTS, (length - 1, layers, top_k)).astype(np.uint8)
-    trace = RouteTrace(num_experts=EXPERTS)
-    replayed = np.zeros(length - 1, dtype=bool)
+    tokens, truth, trace, replayed = _trajectory(layers, top_k, length, seed)
     end = 1
     while end < length:
         end = data.draw(st.integers(end + 1, length), label="call tokens")
@@ -111,21 +119,11 @@ def test_a_trajectory_from_bodies_replays_each_rows_own_routing(
 FIREWORKS = ("fireworks-matrices", *(("fireworks-r3v1", "fireworks-trace") if find_spec("zstandard") else ()))
 
 
-@given(
-    layers=st.integers(1, 3),
-    top_k=st.integers(1, 3),
-    length=st.integers(2, 24),
-    seed=st.integers(0, 2**32 - 1),
-    data=st.data(),
-)
+@_TRAJECTORIES
 def test_fireworks_rows_land_at_their_tokens_whatever_tokens_are_given(
     layers: int, top_k: int, length: int, seed: int, data: st.DataObject
 ) -> None:
-    rng = np.random.default_rng(seed)
-    tokens = rng.integers(0, 50_000, length).tolist()
-    truth = rng.integers(0, EXPERTS, (length - 1, layers, top_k)).astype(np.uint8)
-    trace = RouteTrace(num_experts=EXPERTS)
-    replayed = np.zeros(length - 1, dtype=bool)
+    tokens, truth, trace, replayed = _trajectory(layers, top_k, length, seed)
     end = 1
     while end < length:
         end = data.draw(st.integers(end + 1, length), label="call tokens")
