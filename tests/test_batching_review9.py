@@ -196,7 +196,8 @@ def test_array_batch_within_bounds_still_pads() -> None:
 
 def _truth() -> Array:
     rng = np.random.default_rng(0)
-    return np.stack([np.stack([rng.permutation(16)[:2] for _ in range(2)]) for _ in range(20)]).astype(np.uint8)
+    truth: Array = np.stack([np.stack([rng.permutation(16)[:2] for _ in range(2)]) for _ in range(20)])
+    return truth.astype(np.uint8)
 
 
 _TRAJECTORY = list(range(100, 116))  # the finished 16-token trajectory

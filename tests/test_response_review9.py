@@ -53,13 +53,13 @@ def test_vector_bodies_are_refused_at_their_field(case: dict[str, Any], as_text:
     assert str(info.value) == case["error"]
 
 
-def _npy(rows: np.ndarray) -> str:
+def _npy(rows: np.ndarray[Any, Any]) -> str:
     buffer = io.BytesIO()
     np.save(buffer, rows)
     return base64.b64encode(buffer.getvalue()).decode()
 
 
-def _rows(count: int) -> np.ndarray:
+def _rows(count: int) -> np.ndarray[Any, Any]:
     return (np.arange(count * 4) % 16).astype(np.uint8).reshape(count, 2, 2)
 
 
