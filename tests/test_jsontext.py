@@ -354,3 +354,14 @@ def test_a_value_fault_nested_to_orjsons_depth_limit_is_named_and_one_beyond_it_
         r3wire.loads("[" * 1025 + "1e400" + "]" * 1025)
     assert info.value.field == "$"
     assert "depth" in str(info.value)
+
+
+def test_an_over_long_integer_shadowed_by_a_repeated_member_is_still_refused() -> None:
+    # orjson keeps the last value of a repeated name, so the long integer was gone from its result and the text was
+    # read as {"a": null}; the text's first fault is named, in text order (wire-format.md §13).
+    long = "1" + "0" * MAX_INT_DIGITS
+    for text in (f'{{"a": {long}, "a": null}}', f'{{"a": null, "b": [{long}], "b": 1, "c": -{long}}}'):
+        with pytest.raises(DecodeError) as info:
+            r3wire.loads(text)
+        assert info.value.field == ("$.a" if text.startswith('{"a": 1') else "$.b[0]")
+        assert f"got an integer of {MAX_INT_DIGITS + 1} digits" in str(info.value)

@@ -309,6 +309,10 @@ def _parse_exact(text: str | bytes | bytearray | memoryview, root: str) -> Any:
         parsed = orjson.loads(data[:0].join(pieces))
     except orjson.JSONDecodeError:
         return _INVALID
+    limit = digit_limit()
+    if any(len(token) - token.startswith("-") > limit for token in tokens):
+        # A refusal: the first in text order, even one a repeated member name shadowed (gone from ``parsed``).
+        _raise_located(text, root)
     return _put_back(parsed, nonce, tokens, root)
 
 
