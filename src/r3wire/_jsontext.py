@@ -309,24 +309,23 @@ def _parse_exact(text: str | bytes | bytearray | memoryview, root: str) -> Any:
         parsed = orjson.loads(data[:0].join(pieces))
     except orjson.JSONDecodeError:
         return _INVALID
-    limit = digit_limit()
-    if any(len(token) - token.startswith("-") > limit for token in tokens):
-        # A refusal: the first in text order, even one a repeated member name shadowed (gone from ``parsed``).
-        _raise_located(text, root)
-    return _put_back(parsed, nonce, tokens, root)
+    return _put_back(parsed, nonce, tokens, root, text)
 
 
-def _put_back(parsed: Any, nonce: str, tokens: list[str], root: str) -> Any:
-    """``parsed`` with each marker string replaced by the integer it stands for (or :data:`_INVALID`: a marker
-    as a member name, where the text had a number)."""
+def _put_back(parsed: Any, nonce: str, tokens: list[str], root: str, text: Any) -> Any:
+    """``parsed`` (of ``text``) with each marker string replaced by the integer it stands for (or
+    :data:`_INVALID`: a marker as a member name, where the text had a number)."""
     limit = digit_limit()
     values: list[int | None] = []
     for token in tokens:
-        digits = len(token) - token.startswith("-")
+        digits = _digits(token)
         try:
             values.append(int(token) if digits <= limit else None)
         except ValueError:  # the interpreter's limit changed since: the same refusal
             values.append(None)
+    if None in values:
+        # A refusal: the first in text order, even one a repeated member name shadowed (gone from ``parsed``).
+        _raise_located(text, root)
     if isinstance(parsed, str) and parsed.startswith(nonce):
         index = int(parsed[len(nonce) :])
         return _check(values[index], tokens[index], limit, root, [])
@@ -425,7 +424,7 @@ def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> Non
             data,
             object_pairs_hook=_Members,
             parse_float=_float_or_out_of_range,
-            parse_int=lambda token: int(token) if len(token) - token.startswith("-") <= limit else _TooLong(token),
+            parse_int=lambda token: int(token) if _digits(token) <= limit else _TooLong(token),
             parse_constant=_refuse_constant,
         )
     except (ValueError, RecursionError):
@@ -523,7 +522,11 @@ def _check(value: int | None, token: str, limit: int, root: str, parts: list[obj
     """
     if value is not None:
         return value
-    digits = len(token) - token.startswith("-")
     raise DecodeError.make(
-        _field(parts, root), f"an integer of at most {limit} digits", f"an integer of {digits} digits", raw=True
+        _field(parts, root), f"an integer of at most {limit} digits", f"an integer of {_digits(token)} digits", raw=True
     )
+
+
+def _digits(token: str) -> int:
+    """The digits of an integer token, its sign not counted (as Python's limit on converting text counts them)."""
+    return len(token) - token.startswith("-")
