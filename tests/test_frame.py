@@ -8,6 +8,7 @@ import base64
 import mmap
 import pickle
 import struct
+import tracemalloc
 from typing import Any
 
 import numpy as np
@@ -472,3 +473,27 @@ def test_negative_int8_ids_are_not_mistaken_for_large_uint8_ones() -> None:
     for kwargs in [{}, {"num_experts": 256}, {"pack_bits": True}, {"num_experts": 256, "pack_bits": True}]:
         with pytest.raises(EncodeError, match="non-negative"):
             encode_routes_frame(routes, **kwargs)  # type: ignore[arg-type]
+
+
+def _encode_peak(encode: Any) -> tuple[int, Any]:
+    tracemalloc.start()
+    try:
+        result = encode()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, result
+
+
+@pytest.mark.parametrize(("pack_bits", "scratch"), [(False, 64 * 1024), (True, 6 * 1024 * 1024)])
+def test_bytes_frame_is_the_one_frame_sized_allocation(pack_bits: bool, scratch: int) -> None:
+    # 16384 x 60 x 8 of 384 experts: a 15.7 MB frame (int16), 8.8 MB packed. Beside the frame, only the bit
+    # packer's fixed scratch for one chunk (~4.6 MB at 9 bits). The frame used to be written into a NumPy buffer
+    # and copied into bytes: twice the frame.
+    routes = np.random.default_rng(3).integers(0, 384, size=(16384, 60, 8), dtype=np.int32)
+    encode_routes_frame(routes[:64], num_experts=384, pack_bits=pack_bits)  # one-time costs: imports, caches
+    peak, frame = _encode_peak(lambda: encode_routes_frame(routes, num_experts=384, pack_bits=pack_bits))
+    assert type(frame) is bytes
+    assert peak < len(frame) + scratch, (peak, len(frame))
+    np.testing.assert_array_equal(decode_routes_frame(frame, num_experts=384), routes)
+
