@@ -496,4 +496,3 @@ def test_bytes_frame_is_the_one_frame_sized_allocation(pack_bits: bool, scratch:
     assert type(frame) is bytes
     assert peak < len(frame) + scratch, (peak, len(frame))
     np.testing.assert_array_equal(decode_routes_frame(frame, num_experts=384), routes)
-
