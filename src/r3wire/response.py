@@ -1076,9 +1076,13 @@ def _spell_big_ints(prepared: Any, option: int | None) -> tuple[Any, Callable[[b
     limit = digit_limit()
     digits: list[bytes] = []
     copies: dict[int, Any] = {}
-    # Iterative, children before parents: the walk that made ``prepared`` allows any depth orjson writes.
+    # Iterative (the walk that made ``prepared`` allows any depth orjson writes), in post-order: a container is
+    # listed once, after every container below it, so a container shared by several parents (one token_ids list
+    # in two choices, CPython's one empty tuple) is copied before any of them. ``prepared`` has no cycle (the
+    # walk refuses them), so a container met again has been listed.
     order: list[Any] = []
-    stack = [prepared]
+    seen: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(prepared, False)]
     subclasses = not (option and option & orjson.OPT_PASSTHROUGH_SUBCLASS)
 
     def container(value: Any) -> bool:
@@ -1086,11 +1090,13 @@ def _spell_big_ints(prepared: Any, option: int | None) -> tuple[Any, Callable[[b
         return cls is dict or cls is list or cls is tuple or (subclasses and isinstance(value, (dict, list)))
 
     while stack:
-        node = stack.pop()
-        if container(node) and id(node) not in copies:
-            copies[id(node)] = None
+        node, finished = stack.pop()
+        if finished:
             order.append(node)
-            stack.extend(dict.values(node) if isinstance(node, dict) else copy_list(node))
+        elif container(node) and id(node) not in seen:
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in (dict.values(node) if isinstance(node, dict) else copy_list(node)))
 
     def spelled(value: Any) -> Any:
         if container(value):
@@ -1113,7 +1119,7 @@ def _spell_big_ints(prepared: Any, option: int | None) -> tuple[Any, Callable[[b
         digits.append(text.encode("ascii"))
         return f"{nonce}{len(digits) - 1}"
 
-    for node in reversed(order):
+    for node in order:
         if isinstance(node, dict):
             copies[id(node)] = {key: spelled(item) for key, item in dict.items(node)}
         else:

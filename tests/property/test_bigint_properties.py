@@ -243,3 +243,40 @@ def test_dumps_writes_back_every_integer_loads_reads(doc: Any, spaced: bool) -> 
     written = r3wire.dumps(value)
     assert same(r3wire.loads(written), value), text[:200]
     assert b"".join(r3wire.iter_dumps(value)) == written
+
+
+@st.composite
+def shared_documents(draw: st.DrawFn) -> tuple[Any, Any]:
+    """A document whose containers are referenced from several places (one token_ids list in two choices, the one
+    empty tuple CPython has), with an integer beyond 64 bits somewhere, and the value JSON gives back for it."""
+    built: list[tuple[Any, Any]] = []  # (container, what it reads back as)
+    for _ in range(draw(st.integers(min_value=1, max_value=8))):
+        items: list[tuple[Any, Any]] = []
+        for _ in range(draw(st.integers(min_value=0, max_value=4))):
+            if draw(st.booleans()) and built:
+                items.append(draw(st.sampled_from(built)))  # a reference to an earlier container: shared
+            else:
+                leaf = draw(st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.text(max_size=4), st.none()))
+                items.append((leaf, leaf))
+        kind = draw(st.sampled_from(["dict", "list", "tuple"]))
+        if kind == "dict":
+            built.append(
+                ({f"k{i}": v for i, (v, _) in enumerate(items)}, {f"k{i}": e for i, (_, e) in enumerate(items)})
+            )
+        else:
+            value = [v for v, _ in items]
+            built.append((value if kind == "list" else tuple(value), [e for _, e in items]))
+    big = draw(st.sampled_from([2**64, -(2**63) - 1, 10**30]))
+    root = {"big": big, "all": [c for c, _ in built], "empty": ((), ())}
+    expected = {"big": big, "all": [e for _, e in built], "empty": [[], []]}
+    return root, expected
+
+
+@given(shared_documents())
+def test_dumps_writes_every_reference_to_a_shared_container_beside_a_big_integer(case: tuple[Any, Any]) -> None:
+    """Integers beyond 64 bits make dumps copy the document's containers; a container referenced from several
+    places is written at every one of them (each but the first was written as null)."""
+    doc, expected = case
+    written = r3wire.dumps(doc)
+    assert r3wire.loads(written) == expected, written[:300]
+    assert b"".join(r3wire.iter_dumps(doc)) == written
