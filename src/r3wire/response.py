@@ -43,7 +43,7 @@ from r3wire._utf8 import NotUtf8, first_leaf, first_not_utf8
 from r3wire._validate import as_text, optional_max_elements, plain_str
 from r3wire._walk import EXIT, Guard, copy_list, holds_any
 from r3wire.arrays import array_wire, decode_array
-from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError
+from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.logprobs import (
     LOGPROB_FLOOR,
     _show_non_finite,
@@ -559,10 +559,12 @@ class _Writer:
         schema = dict.get(mapping, KEY_SCHEMA)
         if schema is not None:
             schema = _json_name(schema)
+        names = None
         if self.non_str_keys and any(type(key) is not str for key in dict.keys(mapping)):
             # orjson writes an enum key as its value: {Key.schema: ...} has a "schema" member too
             named = [item for key, item in dict.items(mapping) if _json_name(key) == KEY_SCHEMA]
             schema = next((n for n in map(_json_name, named) if n in _SCHEMAS), schema)
+            names = self._member_names(mapping)
         if schema is not None and schema in _SCHEMAS:
             # loads would turn this object into an array (or refuse it): the document would not come back.
             raise self._fail(
@@ -582,8 +584,9 @@ class _Writer:
             cls = type(item)
             if cls is str or cls is int or cls is bool or item is None or (cls is float and isfinite(item)):
                 continue  # the common leaves, checked here: a call per leaf was most of a large document's cost
-            kind = _ROUTES if key in routes_keys else _LOGPROBS if key in logprobs_keys else _PLAIN
-            path.append(key)
+            name = key if names is None else names.get(id(key), key)  # a key's member name, as orjson writes it
+            kind = _ROUTES if name in routes_keys else _LOGPROBS if name in logprobs_keys else _PLAIN
+            path.append(name)  # the path in the text written
             new = self.value(item, kind)
             path.pop()
             if new is not item:
@@ -591,6 +594,41 @@ class _Writer:
                     out = dict(dict.items(mapping))  # dict.copy and dict() of a subclass call its keys()
                 out[key] = new
         return mapping if out is None else out
+
+    def _member_names(self, mapping: dict[Any, Any]) -> dict[int, str]:
+        """The member name orjson writes for each key of ``mapping`` (``OPT_NON_STR_KEYS``: 1 as "1", an enum as
+        its value, a datetime in the options' format), by ``id(key)``; empty when orjson refuses a key (the text
+        is then refused where it is written).
+
+        Raises:
+            EncodeError: two keys are written as one name (1 and "1", True and "true"): a reader keeps one of
+                the two values, so the document would not come back.
+        """
+        keys = list(dict.keys(mapping))
+        try:
+            # Without OPT_SORT_KEYS, so that the names come in the keys' order.
+            text = orjson.dumps(dict.fromkeys(keys), option=self.option & ~orjson.OPT_SORT_KEYS)
+        except orjson.JSONEncodeError:
+            return {}
+        pairs: list[tuple[str, object]] = json.loads(text, object_pairs_hook=list)
+        names = [name for name, _ in pairs]
+        seen: dict[str, int] = {}
+        for i, name in enumerate(names):
+            if name in seen:
+                self.path.append(name)
+                error = self._fail(
+                    EncodeError.make(
+                        None,
+                        'keys orjson writes as distinct member names (OPT_NON_STR_KEYS writes 1 and "1" alike; '
+                        "a reader would keep one of the two values)",
+                        f"keys {describe(keys[seen[name]])} and {describe(keys[i])}",
+                        raw=True,
+                    )
+                )
+                self.path.pop()
+                raise error
+            seen[name] = i
+        return {id(key): name for key, name in zip(keys, names, strict=True)}
 
     def _list(self, items: Sequence[Any]) -> Sequence[Any]:
         if _inert(items):  # token ids, logprobs: skip the per-item loop
@@ -614,8 +652,11 @@ class _Writer:
         (which the walk writes as dicts) and everything else it cannot write go to a ``default`` that writes
         ``null``; a NaN or infinity is written as ``null`` (found with every ``None``, a cheap superset); and an
         object naming an r3wire schema spells it. A piece with none of these is written exactly as it is; any
-        other piece is walked as before.
+        other piece is walked as before. Not under ``OPT_NON_STR_KEYS``: two keys written as one name (1 and "1")
+        are only found by the walk.
         """
+        if self.non_str_keys:
+            return False
         text = self.probes.text(piece)
         if text is None:
             return False
