@@ -946,7 +946,9 @@ def dumps(
             logger, whose record carries ``r3wire_num_clamped``, ``r3wire_total``, ``r3wire_paths`` and
             ``r3wire_request_id``. Call :func:`~r3wire.clamp_logprobs` first to get the count as a value.
         request_id: names the request in that warning.
-        option: ``orjson`` options (e.g. ``orjson.OPT_SORT_KEYS``), passed on.
+        option: ``orjson`` options (e.g. ``orjson.OPT_SORT_KEYS``), passed on. Under ``OPT_NON_STR_KEYS`` a key is
+            matched against ``routes_keys`` and ``logprobs_keys`` by the member name written for it, and two keys
+            written as one name (``1`` and ``"1"``) raise ``EncodeError``.
     Returns:
         UTF-8 JSON that any JSON parser reads; :func:`loads` turns the envelopes back into arrays.
 
@@ -1028,7 +1030,9 @@ def iter_dumps(
             logger, whose record carries ``r3wire_num_clamped``, ``r3wire_total``, ``r3wire_paths`` and
             ``r3wire_request_id``. Call :func:`~r3wire.clamp_logprobs` first to get the count as a value.
         request_id: names the request in that warning.
-        option: ``orjson`` options (e.g. ``orjson.OPT_SORT_KEYS``), passed on.
+        option: ``orjson`` options (e.g. ``orjson.OPT_SORT_KEYS``), passed on. Under ``OPT_NON_STR_KEYS`` a key is
+            matched against ``routes_keys`` and ``logprobs_keys`` by the member name written for it, and two keys
+            written as one name (``1`` and ``"1"``) raise ``EncodeError``.
     Returns:
         An iterator of non-empty ``bytes`` chunks.
 
