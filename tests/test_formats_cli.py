@@ -271,6 +271,37 @@ def test_convert_a_response_writes_one_line_per_routes_field(
     assert [read(orjson.loads(line), "prime-rl").routes.shape[0] for line in lines] == [40, 5]
 
 
+def test_zero_rows_as_sglang_are_read_back_by_the_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # SGLang's payload for zero rows is the empty string: what `convert --to sglang` writes, read back when the
+    # format and shape are given (without them an empty file is refused, by name).
+    empty = np.zeros((0, 2, 3), dtype=np.int32)
+    assert main(["convert", "--to", "sglang", _file(tmp_path, write(empty, "prime-rl"))]) == 0
+    written = capsys.readouterr().out
+    assert written == "\n"
+    path = _file(tmp_path, written.strip(), "sglang")
+    assert main(["convert", "--to", "prime-rl", "--format", "sglang", "--num-layers", "2", "--top-k", "3", path]) == 0
+    assert read(orjson.loads(capsys.readouterr().out), "prime-rl").routes.shape == (0, 2, 3)
+    assert main(["inspect", "--format", "sglang", "--num-layers", "2", "--top-k", "3", path]) == 0
+    assert "top none (no row routed)" in capsys.readouterr().out
+    assert main(["inspect", path]) == 2
+    _one_line_error(capsys.readouterr().err, "got only whitespace")
+
+
+def test_convert_of_a_response_names_the_choice_it_cannot_convert_and_writes_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body = {
+        "choices": [
+            {"routed_experts": write(ROUTES, "prime-rl")},
+            {"routed_experts": write(ROUTES, "prime-rl", start=4)},
+        ]
+    }
+    assert main(["convert", "--to", "skyrl", _file(tmp_path, body, "body")]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # not the first choice's line, paired with nothing
+    _one_line_error(err, "$.choices[1].routed_experts: start must be 0 or None")
+
+
 @pytest.mark.filterwarnings(r"ignore:'\w+' deprecated - use:DeprecationWarning")
 def test_plot_says_where_it_wrote(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("matplotlib")

@@ -318,6 +318,13 @@ def test_fireworks_zero_replayed_keeps_total_tokens() -> None:
     result = read(text, "fireworks-r3v1", num_layers=2, top_k=2)
     assert result.routes.shape == (0, 2, 2)
     assert result.total_tokens == 10
+    # Written back as it was read: ALL with nothing replayed, the total kept (it was refused: "must be 0").
+    again = write(result, "fireworks-r3v1")
+    assert zstandard.ZstdDecompressor().decompress(base64.b64decode(again)) == _r3(
+        0, 10, 0, 0, selector=b"", matrix=b""
+    )
+    with pytest.raises(EncodeError, match="total_tokens must be 2"):
+        write(np.zeros((2, 2, 2), np.uint8), "fireworks-r3v1", total_tokens=10)  # ALL sends every row
 
 
 def test_fireworks_reads_a_leading_skippable_frame() -> None:

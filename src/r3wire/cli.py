@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import IO, Any, NoReturn
 
 from r3wire.demo import MAX_DRAWS, MAX_IDS, MAX_REPEAT, MAX_ROW_DRAWS, MAX_TOKEN_LAYERS, run_demo
-from r3wire.errors import DecodeError, R3WireError
+from r3wire.errors import DecodeError, EncodeError, R3WireError
 
 __all__ = ["main"]
 
@@ -63,7 +63,8 @@ def _read_input(args: argparse.Namespace) -> tuple[list[Any], int, bool]:
     from r3wire.formats._inspect import load_payload  # noqa: PLC0415
 
     raw = _read_stdin(args.max_input_bytes) if args.file == "-" else _read_file(args.file, args.max_input_bytes)
-    _check_text(raw, _input_name(args.file))
+    # An SGLang payload of zero rows is the empty string (what `convert --to sglang` writes for them).
+    _check_text(raw, _input_name(args.file), empty=args.format == "sglang")
     payload = load_payload(raw)
     if args.format == "auto" and isinstance(payload, (str, bytes)) and _is_json(payload):
         # --dtype reaches read_response too: SGLang bodies whose routes come without routed_experts_dtype
@@ -165,9 +166,10 @@ def _too_large(name: str, limit: int, got: str) -> R3WireError:
     return DecodeError.make(name, f"at most {limit:,} bytes (raise the limit with --max-input-bytes)", got, raw=True)
 
 
-def _check_text(raw: bytes, name: str) -> None:
-    """Refuse, by name, an input no reader can make sense of before any reader gives a vaguer reason."""
-    if not raw or raw.isspace():
+def _check_text(raw: bytes, name: str, *, empty: bool = False) -> None:
+    """Refuse, by name, an input no reader can make sense of before any reader gives a vaguer reason; ``empty``:
+    an empty (or whitespace) input is a payload of the format given."""
+    if not empty and (not raw or raw.isspace()):
         got = "an empty input" if not raw else "only whitespace"
         raise DecodeError.make(name, "a routes payload or a response body", got, raw=True)
     if raw[:64].lstrip().startswith(codecs.BOM_UTF8):
@@ -264,16 +266,25 @@ def _convert(args: argparse.Namespace) -> int:
     from r3wire import formats  # noqa: PLC0415
 
     results, _, _ = _read_input(args)
-    # One line per routes field: a response with several choices converts to several payloads, in order.
+    # One line per routes field: a response with several choices converts to several payloads, in order. All are
+    # converted before any is written, so a failure leaves no partial output paired with the wrong choices.
+    lines = []
     for result in results:
-        out = formats.write(
-            result,
-            args.to,
-            dtype=args.to_dtype,
-            num_experts=args.num_experts,
-            pack_bits=True if args.pack_bits else None,
-        )
-        _write((out.encode("ascii") if isinstance(out, str) else orjson.dumps(out)) + b"\n")
+        try:
+            out = formats.write(
+                result,
+                args.to,
+                dtype=args.to_dtype,
+                num_experts=args.num_experts,
+                pack_bits=True if args.pack_bits else None,
+            )
+        except EncodeError as exc:
+            if result.path is None:
+                raise
+            # Which routes field could not be converted: the writer names only its own argument.
+            raise EncodeError(f"{result.path}: {exc}", field=exc.field, expected=exc.expected, got=exc.got) from None
+        lines.append((out.encode("ascii") if isinstance(out, str) else orjson.dumps(out)) + b"\n")
+    _write(b"".join(lines))
     return 0
 
 

@@ -354,8 +354,9 @@ def _scatter_matrices(
 
 def write_fireworks(routes: object, opts: WriteOptions) -> str:
     """Write an ``r3/v1`` payload: BITMAP when a ``mask`` is given (unmasked rows are not sent), SUFFIX when a
-    ``start`` is given (``total_tokens`` defaults to ``start + rows``), ALL otherwise; uint8 if the ids (or
-    ``num_experts - 1``) fit, else uint16.
+    ``start`` is given (``total_tokens`` defaults to ``start + rows``), ALL otherwise (no rows with a
+    ``total_tokens``: ALL with nothing replayed, as read); uint8 if the ids (or ``num_experts - 1``) fit, else
+    uint16.
 
     Raises:
         EncodeError: ids above 65535, counts beyond 32 bits, or inconsistent ``start``/``mask``/``total_tokens``.
@@ -382,6 +383,8 @@ def write_fireworks(routes: object, opts: WriteOptions) -> str:
             raise EncodeError.make("total_tokens", f"at least start + rows = {first + rows}", total)
     else:
         mode, total, matrix = SELECTOR_ALL, rows, arr
+        if not rows and opts.total_tokens is not None:
+            total = opts.total_tokens  # ALL with nothing replayed (the reader's test_zero_replayed_tokens case)
     if opts.total_tokens is not None and opts.total_tokens != total:
         raise EncodeError.make(
             "total_tokens", f"{total} (the rows sent in {_SELECTOR_NAMES[mode]} mode)", opts.total_tokens

@@ -144,7 +144,7 @@ class Summary:
             "expert load per layer (distinct experts used; most used experts and their share):",
         ]
         for load in self.layers:
-            top = ", ".join(f"{i} {s:.1%}" for i, s in load.top)
+            top = ", ".join(f"{i} {s:.1%}" for i, s in load.top) or "none (no row routed)"
             lines.append(f"  layer {load.layer:>3}: {load.distinct:>5} experts; top {top}")
         return "\n".join(lines)
 
