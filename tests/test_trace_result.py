@@ -210,7 +210,12 @@ def test_the_payloads_expert_count_must_be_the_traces() -> None:
     [
         (slice(0, 0), "layers", "at least one of the 3 layers"),
         (slice(None, None, 0), "layers", "slice step cannot be zero"),
-        ([0, 0], "layers", "distinct layer indexes"),
+        ([0, 0], "layers[1]", "increasing order"),
+        # Reordered: layer 1's experts would be replayed at index 0 (review 10a).
+        ([1, 0], "layers[1]", "increasing order (after 1"),
+        (np.array([2, 0]), "layers[1]", "increasing order"),
+        (slice(None, None, -1), "layers", "increasing order (after 2"),
+        (slice(2, 0, -1), "layers", "increasing order"),
         ([3], "layers[0]", "a layer index in 0 .. 2"),
         ([-1], "layers[0]", "a layer index in 0 .. 2"),
         ([True], "layers[0]", "a layer index in 0 .. 2"),
@@ -442,7 +447,7 @@ def _peak(call: Any) -> tuple[BaseException | None, int]:
     [
         (None, "result.routes", [1 << 24, 61, 8]),
         (slice(3, None), "result.routes[:, layers]", [1 << 24, 58, 8]),
-        ([5, 4, 3], "result.routes[:, layers]", [1 << 24, 3, 8]),
+        ([3, 5, 60], "result.routes[:, layers]", [1 << 24, 3, 8]),
     ],
 )
 def test_the_routes_size_is_checked_before_they_are_read(layers: Any, field: str, shape: list[int]) -> None:
@@ -491,7 +496,7 @@ def _result(routes: Any) -> formats.ReadResult:
     return formats.ReadResult(routes=routes, format="x", prompt_token_ids=np.arange(2), token_ids=np.arange(2, 4))
 
 
-@pytest.mark.parametrize("layers", [slice(3, None), [3, 5, 4], [5, 4, 3], None])
+@pytest.mark.parametrize("layers", [slice(3, None), [3, 5], [4, 5], None])
 def test_an_out_of_range_id_is_named_in_result_routes(layers: Any) -> None:
     routes = _with_dense_layers()
     if layers is None:
@@ -504,7 +509,7 @@ def test_an_out_of_range_id_is_named_in_result_routes(layers: Any) -> None:
     assert str(caught.value).startswith("result.routes[row 1, layer 5, slot 0] must be an expert id below")
 
 
-@pytest.mark.parametrize("layers", [slice(3, None), [3, 5, 4], [4, 3, 5]])
+@pytest.mark.parametrize("layers", [slice(3, None), [3, 4], [4, 5]])
 def test_a_partly_missing_row_is_named_in_result_routes(layers: Any) -> None:
     routes = _with_dense_layers()
     routes[2, 4, 1] = -1
@@ -517,11 +522,11 @@ def test_a_partly_missing_row_is_named_in_result_routes(layers: Any) -> None:
 def test_a_conflict_is_named_in_result_routes() -> None:
     routes = _with_dense_layers()
     trace = RouteTrace(num_experts=8)
-    trace.add_result(_result(routes), layers=[3, 5, 4])
+    trace.add_result(_result(routes), layers=[3, 4])
     changed = routes.copy()
     changed[0, 4, 0] = 5
     with pytest.raises(R3WireError) as caught:
-        trace.add_result(_result(changed), layers=[3, 5, 4], on_conflict="raise")
+        trace.add_result(_result(changed), layers=[3, 4], on_conflict="raise")
     assert caught.value.field == "result.routes[row 0, layer 4]"
     assert caught.value.got == "[5, 1]"
     assert "trajectory row 0" in str(caught.value.expected)

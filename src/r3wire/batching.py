@@ -1318,8 +1318,9 @@ def _differs(a: Array, b: Array) -> bool:
 
 
 def _layer_picks(n_layers: int, layers: object) -> list[int] | None:
-    """The layer indexes ``layers`` selects from ``n_layers``, checked (a slice, or distinct in-range indexes; one
-    layer at least); ``None`` when it selects every layer in order. Reads at most ``n_layers`` indexes.
+    """The layer indexes ``layers`` selects from ``n_layers``, checked (a slice of positive step, or in-range
+    indexes in increasing order; one layer at least); ``None`` when it selects every layer in order. Reads at most
+    ``n_layers`` indexes.
 
     Raises:
         R3WireError: ``layers`` is none of those (``layers`` or ``layers[i]`` named).
@@ -1346,8 +1347,16 @@ def _layer_picks(n_layers: int, layers: object) -> list[int] | None:
             if not is_int(index) or not 0 <= int(index) < n_layers:
                 raise _fail(f"layers[{i}]", f"a layer index in 0 .. {n_layers - 1}", describe(index))
             picked.append(int(index))
-        if len(set(picked)) != len(picked):
-            raise _fail("layers", "distinct layer indexes", str(picked)[:80])
+    # In order: the trace's layer k must be the model's k-th replayed layer. A reversed slice or [1, 0] would
+    # replay each layer's experts at another layer's index, without any other check noticing.
+    for i in range(1, len(picked)):
+        if picked[i] <= picked[i - 1]:
+            field = "layers" if isinstance(layers, slice) else f"layers[{i}]"
+            raise _fail(
+                field,
+                f"layer indexes in increasing order (after {picked[i - 1]}; the trace's layers keep the model's order)",
+                picked[i],
+            )
     if not picked:
         raise _fail("layers", f"a selection of at least one of the {n_layers} layers", f"{layers!r}"[:80])
     return None if picked == list(range(n_layers)) else picked
@@ -1878,10 +1887,10 @@ class RouteTrace:
                 both tokens named); ``start`` is not an integer in ``0 .. 2**63-1`` or differs from ``result.start`` (0
                 for rows from token 0); the given ``token_ids`` are fewer than ``result.total_tokens`` or than the rows
                 where they are placed from ``result.start`` or token 0; a prime-rl delta's ``result.start + rows`` is
-                not ``len(token_ids) - 1``; ``layers`` is not a slice or a sequence (list, 1-d array or tensor) of
-                distinct layer indexes selecting at least one layer; the selected routes or the call's tokens exceed
-                ``max_elements``; a row is partly -1 (row, layer and slot named); the expert counts differ; or anything
-                :meth:`add` raises. The trace is unchanged when this is raised.
+                not ``len(token_ids) - 1``; ``layers`` is not a slice (of positive step) or a sequence (list, 1-d
+                array or tensor) of layer indexes in increasing order selecting at least one layer; the selected
+                routes or the call's tokens exceed ``max_elements``; a row is partly -1 (row, layer and slot named);
+                the expert counts differ; or anything :meth:`add` raises. The trace is unchanged when this is raised.
         """
         # Imported here: ``import r3wire`` does not import the formats package, and batching must not make it.
         from r3wire.formats._common import MISSING_ROUTE, ROWS_FROM_ZERO, ReadResult  # noqa: PLC0415
