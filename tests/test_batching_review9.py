@@ -494,3 +494,18 @@ def test_a_delta_whose_start_disagrees_with_the_calls_tokens_is_refused(off_by: 
     trace.add_result(right, token_ids=call)
     assert np.array_equal(trace.finalize()[0], truth[:13])
     assert trace.conflicts == 0
+
+
+def test_a_multi_dimensional_memoryview_is_not_a_sequence_of_counts() -> None:
+    # Iterating one raises NotImplementedError ("multi-dimensional sub-views"), which escaped (review 10a).
+    view = np.zeros((2, 3), np.uint8).data
+    sample = np.zeros((2, 1, 2), np.uint8)
+    calls: list[Callable[[], object]] = [
+        lambda: pad_routes([sample], token_lengths=view),
+        lambda: pack_routes([sample], token_lengths=view),
+        lambda: validate_routes([sample], token_lengths=view),
+        lambda: pad_sequences([np.zeros(2)], offsets=view),
+    ]
+    for call in calls:
+        with pytest.raises(R3WireError, match="must be a sequence of integers"):
+            call()

@@ -173,6 +173,34 @@ def test_unserializable_values() -> None:
         r3wire.dumps({}, routes_keys=[["unhashable"]])  # type: ignore[list-item]
 
 
+@pytest.mark.parametrize(
+    ("keys", "field"),
+    [
+        # bytes iterate as ints: no key ever matched, and routes went out as a plain array with no id check.
+        (b"routed_experts", "routes_keys"),
+        (bytearray(b"x"), "routes_keys"),
+        ({1, 2}, "routes_keys[0]"),
+        ([None], "routes_keys[0]"),
+        (5, "routes_keys"),
+        (range(10**12), "routes_keys"),  # read no further than 1024 keys (was a minute, then out of memory)
+        (np.zeros((2, 2), np.uint8).data, "routes_keys"),
+    ],
+)
+def test_key_collections_are_strings_read_within_a_bound(keys: Any, field: str) -> None:
+    body = {"routed_experts": np.array([[[0, 7]]], np.uint8)}
+    for name in ("routes_keys", "logprobs_keys"):
+        with pytest.raises(R3WireError) as caught:
+            r3wire.dumps(body, num_experts=4, **{name: keys})
+        assert caught.value.field == field.replace("routes_keys", name)
+        with pytest.raises(R3WireError):
+            r3wire.iter_dumps(body, num_experts=4, **{name: keys})
+    # Any iterable of strings is taken, a lone string as one key.
+    good: Any
+    for good in ("routed_experts", {"routed_experts": 0}, iter(["x", "routed_experts"])):
+        with pytest.raises(EncodeError, match="expert id below num_experts=4"):
+            r3wire.dumps(body, num_experts=4, routes_keys=good)
+
+
 def _envelope(**changes: Any) -> dict[str, Any]:
     envelope = encode_routes(BIG, num_experts=16)
     envelope.update(changes)

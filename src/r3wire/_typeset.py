@@ -49,7 +49,10 @@ def is_mapping(value: object) -> TypeGuard[Mapping[Any, Any]]:
 
 
 def is_sequence(value: object) -> TypeGuard[Sequence[Any]]:
-    """``isinstance(value, Sequence)``; for a value whose class is unhashable, whether it is a list or tuple."""
+    """``isinstance(value, Sequence)``; for a value whose class is unhashable, whether it is a list or tuple. A
+    memoryview of more than one dimension is not one: iterating it raises ``NotImplementedError``."""
+    if isinstance(value, memoryview):
+        return value.ndim == 1
     try:
         return isinstance(value, Sequence)
     except TypeError:

@@ -5,6 +5,7 @@ Each check raises the caller's error class with a message of one shape: ``<field
 
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 import re
@@ -184,6 +185,36 @@ def plain_str(value: object) -> object:
     is. Every name a caller or a payload gives (a schema, a dtype) is compared as this: a subclass's own ``__eq__``,
     ``__hash__`` or ``__str__`` could make ``"zzz"`` equal a valid name, or a valid name unequal to itself."""
     return str.__str__(value) if isinstance(value, str) and type(value) is not str else value
+
+
+def str_collection(
+    value: object, field: str, expected: str, *, most: int, error: type[R3WireError] = R3WireError
+) -> tuple[str, ...]:
+    """A collection of names a caller gives (``routes_keys``, ``dtypes``), read once and at most ``most`` of them,
+    each a ``str`` (a subclass as its characters). A lone string is one name (its characters are almost surely not
+    meant); bytes, a bytearray or a memoryview, whose items are ints, are refused, as is anything not iterable.
+
+    Raises:
+        R3WireError (or ``error``): naming ``field``, or ``field[i]`` for an item that is not a string.
+    """
+    if isinstance(value, str):
+        return (str.__str__(value),)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        raise error.make(field, expected, value)
+    try:
+        # Bounded before anything is built: range(10**12) is a collection too.
+        items = list(itertools.islice(iter(value), most + 1))  # type: ignore[call-overload]
+    except (TypeError, ValueError, NotImplementedError):
+        raise error.make(field, expected, value) from None
+    if len(items) > most:
+        raise error.make(field, expected, f"more than {most} items", raw=True)
+    names = []
+    for i, item in enumerate(items):
+        name = plain_str(item)
+        if not isinstance(name, str):
+            raise error.make(f"{field}[{i}]", f"a string ({expected})", item)
+        names.append(name)
+    return tuple(names)
 
 
 # Buffer formats whose items are single bytes (struct syntax; a byte-order prefix changes nothing for them).

@@ -7,35 +7,29 @@ is converted, so every value, NaN payloads and -0.0 included, comes back bit for
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
 from r3wire._arraylike import as_numpy
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
-from r3wire._validate import MAX_NDIM, check_int, load_object, optional_max_elements, plain_str
+from r3wire._validate import MAX_NDIM, check_int, load_object, optional_max_elements, str_collection
 from r3wire.errors import DecodeError, EncodeError, R3WireError
 from r3wire.schema import ARRAY_SCHEMA, WIRE_DTYPES
 
 __all__ = ["decode_array", "encode_array"]
 
+_MAX_DTYPE_NAMES: Final = 1024  # there are 12 wire dtypes; a caller's collection is read no further than this
+
 
 def _allowed(dtypes: Iterable[str] | None) -> tuple[str, ...]:
     if dtypes is None:
         return tuple(WIRE_DTYPES)
-    if isinstance(dtypes, str):  # a lone string is a collection of characters: almost certainly a mistake
-        dtypes = (dtypes,)
-    given: object = dtypes  # callers outside the type checker pass anything
-    if isinstance(given, (bytes, bytearray, memoryview)):  # iterating these gives ints, not names
-        raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", given)
-    try:
-        # Once (a generator is used up), and str subclasses as plain names.
-        names: tuple[object, ...] = tuple(map(plain_str, given))  # type: ignore[call-overload]
-    except TypeError:
-        raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", dtypes) from None
-    if not names or not all(isinstance(d, str) and d in WIRE_DTYPES for d in names):
-        raise R3WireError.make("dtypes", f"a non-empty subset of {list(WIRE_DTYPES)}", list(names))
-    return tuple(str(d) for d in names)
+    expected = f"a non-empty subset of {list(WIRE_DTYPES)}"
+    names = str_collection(dtypes, "dtypes", expected, most=_MAX_DTYPE_NAMES)
+    if not names or not all(d in WIRE_DTYPES for d in names):
+        raise R3WireError.make("dtypes", expected, list(names))
+    return names
 
 
 def encode_array(array: Any, *, dtypes: Iterable[str] | None = None) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from r3wire._jsonpath import json_path as _path
 from r3wire._jsontext import digit_limit, parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._utf8 import NotUtf8, first_leaf, first_not_utf8
-from r3wire._validate import as_text, optional_max_elements, plain_str
+from r3wire._validate import as_text, optional_max_elements, plain_str, str_collection
 from r3wire._walk import EXIT, Guard, copy_list, holds_any
 from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
@@ -147,6 +147,7 @@ _LONG_LIST: Final = 16
 _INERT_TYPES: Final = frozenset({str, int, bool, type(None)})
 # Longer lists are first written by orjson, in pieces of _PROBE_STEP items (a piece's text stays well below a
 # body, and a value the walk must see sends only its own piece through the walk): see _Writer._as_is.
+_MAX_KEYS: Final = 1024  # routes_keys / logprobs_keys: read no further than this
 _PROBE_MIN: Final = 64
 _PROBE_STEP: Final = 512
 _PROBE_SLACK: Final = 1 << 20
@@ -795,12 +796,8 @@ class _Options:
 
 
 def _key_set(keys: Collection[str], field: str) -> frozenset[object]:
-    if isinstance(keys, str):  # a lone string is a collection of characters: almost certainly a mistake
-        keys = (keys,)
-    try:
-        return frozenset(keys)
-    except TypeError as exc:
-        raise R3WireError.make(field, "a collection of object keys", keys) from exc
+    # A lone string is one key; each key a str (bytes were read as a set of ints: no key ever matched).
+    return frozenset(str_collection(keys, field, "a collection of object keys (strings)", most=_MAX_KEYS))
 
 
 def _options(
