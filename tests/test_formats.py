@@ -8,6 +8,7 @@ import io
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -561,3 +562,38 @@ def test_an_unknown_format_name_is_named_with_what_each_function_takes() -> None
     with pytest.raises(R3WireError) as info:
         read({"data": "AAE=", "shape": [1, 1, 2], "dtype": "uint8"}, "nope")
     assert (info.value.expected or "").startswith("'auto' or one of")
+
+
+@pytest.mark.parametrize("name", list(FORMATS))
+def test_a_numpy_dtype_is_taken_as_its_name_by_every_writer(name: str) -> None:
+    # np.dtype("uint8") passed the `in allowed` test (it equals "uint8") and then failed the name lookup with a
+    # KeyError in 8 of the 11 writers (review 10a).
+    if name.startswith("fireworks"):
+        pytest.importorskip("zstandard")
+    routes = np.array([[[0, 1], [2, 3]], [[3, 2], [1, 0]]], dtype=np.uint8)
+    for given in ("uint8", "int32"):
+        expected = _written_or_refused(lambda: write(routes, name, dtype=given))  # noqa: B023
+        for form in (np.dtype(given), np.dtype(given).type):
+            assert _written_or_refused(lambda: write(routes, name, dtype=form)) == expected  # noqa: B023
+
+
+def _written_or_refused(call: Callable[[], object]) -> object:
+    """What a call returns, or the message of the EncodeError it raises."""
+    try:
+        return call()
+    except EncodeError as exc:
+        return f"EncodeError: {exc}"
+
+
+@pytest.mark.parametrize("bad", [5, np.array(["uint8", "uint8"]), np.void(b"\x01"), object(), b"uint8"])
+def test_a_dtype_that_is_no_name_is_refused_naming_dtype(bad: Any) -> None:
+    routes = np.zeros((2, 2, 2), dtype=np.uint8)
+    for name in ("r3wire", "sglang", "prime-rl", "vllm-npy"):
+        with pytest.raises(EncodeError) as caught:
+            write(routes, name, dtype=bad)
+        assert caught.value.field == "dtype"
+    payload = write(routes, "sglang")
+    with pytest.raises(R3WireError) as read_error:
+        read(payload, "sglang", num_layers=2, top_k=2, dtype=bad)
+    assert read_error.value.field == "dtype"
+    assert read(payload, "sglang", num_layers=2, top_k=2, dtype=np.dtype("int32")).routes.shape == (2, 2, 2)

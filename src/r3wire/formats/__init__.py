@@ -20,7 +20,7 @@ import dataclasses
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal, overload
+from typing import Any, Final, Literal, TypeAlias, overload
 
 import numpy as np
 
@@ -221,15 +221,37 @@ def _format_name(name: object, *, auto: bool = True) -> str:
     return plain
 
 
+# What a dtype argument may be: a name ("uint8"), or a NumPy dtype or scalar type, taken by its name.
+DTypeName: TypeAlias = "str | np.dtype[Any] | type[np.generic]"
+
+
+def _dtype_argument(dtype: object, error: type[R3WireError]) -> str | None:
+    """A caller's ``dtype`` argument as a name: a str (a subclass by its characters), a NumPy dtype or scalar type
+    (``np.dtype("uint8")``, ``np.uint8``) by its name; which names a format takes is its reader's or writer's
+    to check.
+
+    Raises:
+        R3WireError (``error``): anything else, naming ``dtype``.
+    """
+    if dtype is None:
+        return None
+    given = plain_str(dtype)
+    if isinstance(given, str):
+        return given
+    if isinstance(dtype, np.dtype) or (isinstance(dtype, type) and issubclass(dtype, np.generic)):
+        name: str = np.dtype(dtype).name
+        return name
+    raise error.make("dtype", "a dtype name such as 'uint8' (or a NumPy dtype), or None", dtype)
+
+
 def _sglang_dtype(dtype: object) -> str | None:
-    """The caller's ``dtype`` for SGLang bare strings, by its characters (typed str, but untyped callers pass
-    anything).
+    """The caller's ``dtype`` for SGLang bare strings, by its name (typed str, but untyped callers pass anything).
 
     Raises:
         R3WireError: not None or one of :data:`SGLANG_DTYPES`.
     """
-    given = plain_str(dtype)
-    if given is not None and (not isinstance(given, str) or given not in SGLANG_DTYPES):
+    given = _dtype_argument(dtype, R3WireError)
+    if given is not None and given not in SGLANG_DTYPES:
         raise R3WireError.make("dtype", f"one of {list(SGLANG_DTYPES)} (sglang's bare string)", given)
     return given
 
@@ -479,7 +501,7 @@ def read(
     *,
     num_layers: int | None = None,
     top_k: int | None = None,
-    dtype: str | None = None,
+    dtype: DTypeName | None = None,
     num_experts: int | None = None,
     max_elements: int | None = None,
 ) -> ReadResult:
@@ -492,7 +514,8 @@ def read(
         num_layers: layers per row; required by formats without a shape (sglang, fireworks-r3v1), and checked
             against the payload's shape by the others.
         top_k: experts per layer; required with ``num_layers`` by the same formats, checked by the others.
-        dtype: sglang only: the element type of a bare string (default ``"int32"``).
+        dtype: sglang only: the element type of a bare string (default ``"int32"``): a name, or a NumPy dtype
+            or scalar type (``np.int32``).
         num_experts: when given, every id must be below it.
         max_elements: refuse a payload declaring more ids than this, before decoding anything.
 
@@ -594,7 +617,7 @@ def read_response(
     top_k: int | None = None,
     num_experts: int | None = None,
     max_elements: int | None = None,
-    dtype: str | None = None,
+    dtype: DTypeName | None = None,
 ) -> list[ReadResult]:
     """Read every routes field of a whole engine response, in document order.
 
@@ -739,7 +762,7 @@ def write(
     start: int | None = None,
     mask: Any = None,
     total_tokens: int | None = None,
-    dtype: str | None = None,
+    dtype: DTypeName | None = None,
     num_experts: int | None = None,
     pack_bits: bool | None = None,
 ) -> dict[str, Any]: ...
@@ -753,7 +776,7 @@ def write(
     start: int | None = None,
     mask: Any = None,
     total_tokens: int | None = None,
-    dtype: str | None = None,
+    dtype: DTypeName | None = None,
     num_experts: int | None = None,
     pack_bits: bool | None = None,
 ) -> list[Any]: ...
@@ -767,7 +790,7 @@ def write(
     start: int | None = None,
     mask: Any = None,
     total_tokens: int | None = None,
-    dtype: str | None = None,
+    dtype: DTypeName | None = None,
     num_experts: int | None = None,
     pack_bits: bool | None = None,
 ) -> str: ...
@@ -781,7 +804,7 @@ def write(
     start: int | None = None,
     mask: Any = None,
     total_tokens: int | None = None,
-    dtype: str | None = None,
+    dtype: DTypeName | None = None,
     num_experts: int | None = None,
     pack_bits: bool | None = None,
 ) -> str | dict[str, Any] | list[Any]: ...
@@ -794,7 +817,7 @@ def write(
     start: int | None = None,
     mask: Any = None,
     total_tokens: int | None = None,
-    dtype: str | None = None,
+    dtype: DTypeName | None = None,
     num_experts: int | None = None,
     pack_bits: bool | None = None,
 ) -> str | dict[str, Any] | list[Any]:
@@ -814,7 +837,8 @@ def write(
             Other formats carry none, so only ``None`` or ``start + rows`` is accepted there.
             For the Fireworks formats ``start``, ``total_tokens`` and ``start + rows`` are at most 2**32 - 1 (u32
             in r3/v1; the per-token matrices list is held to the same bound); elsewhere ``start`` is an int64.
-        dtype: the element type to write, if the format allows a choice; by default each format's own rule.
+        dtype: the element type to write, if the format allows a choice; by default each format's own rule. A
+            name (``"uint16"``), or a NumPy dtype or scalar type, taken by its name.
             json-lists has none to choose: only ``None``.
         num_experts: the model's expert count: every id must be below it, and formats whose engines pick the
             dtype from it (r3wire, vllm-npy, nemo-rl, fireworks-*) do the same.
@@ -835,6 +859,7 @@ def write(
     name = _format_name(format, auto=False)
     if pack_bits is not None and not isinstance(pack_bits, (bool, np.bool_)):
         raise R3WireError.make("pack_bits", "a bool or None", pack_bits)
+    dtype = _dtype_argument(dtype, EncodeError)
     if isinstance(routes, ReadResult):
         start = routes.start if start is None else start
         mask = routes.mask if mask is None else mask
