@@ -605,3 +605,13 @@ def test_an_unsupported_version_gets_advice_that_fits_it(version: int, advice: s
     with pytest.raises(r3wire.UnsupportedVersionError) as info:
         r3wire.decode_routes_frame(bytes(frame))
     assert advice in str(info.value)
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 2), (2, 0), (0,)])
+def test_an_empty_array_of_any_shape_is_empty_text(shape: tuple[int, ...]) -> None:
+    # memoryview.cast refused a view with a zero in its shape: a TypeError escaped (review 10a).
+    empty = np.zeros(shape, np.uint8)
+    with pytest.raises(DecodeError, match="empty document"):
+        r3wire.loads(empty)
+    with pytest.raises(DecodeError, match="empty document"):
+        formats.read_response(empty)

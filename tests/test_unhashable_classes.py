@@ -4,14 +4,14 @@ types (``set(map(type, ...))``, a type table, ``isinstance`` against an ABC): ne
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 import pytest
 
 import r3wire
-from r3wire import DecodeError, EncodeError, R3WireError
+from r3wire import DecodeError, EncodeError, R3WireError, formats
 from r3wire.formats import read, read_response, write
 
 LONG = 300  # past the length at which lists take the fast paths
@@ -110,3 +110,47 @@ def test_the_vllm_adapter_names_such_a_token_id() -> None:
     with pytest.raises(EncodeError) as info:
         vllm.encode_completion(completion)
     assert info.value.field == "output.token_ids[1]"
+
+
+class _RaisingDict(dict):  # type: ignore[type-arg]
+    def get(self, key: object, default: object = None) -> object:
+        raise TypeError("get")
+
+    def items(self) -> Any:
+        raise TypeError("items")
+
+
+class _RaisingMapping(Mapping[str, Any]):
+    def __getitem__(self, key: str) -> Any:
+        raise TypeError("getitem")
+
+    def __iter__(self) -> Iterator[str]:
+        raise TypeError("iter")
+
+    def __len__(self) -> int:
+        return 1
+
+
+class _RaisingList(list):  # type: ignore[type-arg]
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError("iter")
+
+
+def test_a_callers_raising_mapping_or_list_is_reported_never_leaked() -> None:
+    # decode_routes reported these; loads, read_response, detect and the encoders let TypeError out (review 10a).
+    # A dict subclass is read from its storage where the readers take dicts, as orjson writes it.
+    assert r3wire.loads(_RaisingDict(a=1)) == {"a": 1}
+    assert formats.read_response(_RaisingDict(a=1)) == []
+    assert formats.read_response({"choices": [_RaisingDict(a=1)]}) == []
+    calls: list[Callable[[], object]] = [
+        lambda: formats.detect(_RaisingDict(a=1)),
+        lambda: formats.detect(_RaisingMapping()),
+        lambda: formats.read(_RaisingMapping()),
+        lambda: formats.read_response(_RaisingMapping()),
+        lambda: r3wire.decode_routes(_RaisingMapping()),
+        lambda: r3wire.encode_routes(_RaisingList([[[0, 1]]])),
+        lambda: r3wire.encode_array(_RaisingList([1, 2])),
+    ]
+    for call in calls:
+        with pytest.raises(R3WireError):
+            call()

@@ -11,6 +11,7 @@ import numpy as np
 
 from r3wire._typeset import distinct_types, is_sequence, types_within
 from r3wire._validate import MAX_EXTENT, MAX_NDIM, extent
+from r3wire._walk import copy_list
 from r3wire.errors import EncodeError, R3WireError, describe
 
 __all__ = ["as_numpy", "is_tensor", "refuse_masked"]
@@ -77,7 +78,8 @@ def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[A
         return tensor_to_numpy(obj, field=field)
     if isinstance(obj, (str, bytes, bytearray, memoryview)) or obj is None:
         raise error.make(field, "an array (NumPy array, torch tensor or nested lists)", type(obj).__name__, raw=True)
-    if isinstance(obj, (list, tuple)) and any(isinstance(item, np.ma.MaskedArray) for item in obj):
+    # Its storage, as NumPy reads it: a subclass's own __iter__ may raise or differ.
+    if isinstance(obj, (list, tuple)) and any(isinstance(item, np.ma.MaskedArray) for item in copy_list(obj)):
         # np.asarray keeps a masked item's hidden values and drops its mask.
         raise error.make(
             field, _UNMASKED, "a sequence holding a numpy.ma.MaskedArray", raw=True,

@@ -9,7 +9,7 @@ import itertools
 import math
 import operator
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Literal, TypeGuard
 
 import numpy as np
@@ -258,6 +258,8 @@ def as_text(data: object, field: str | None, expected: str, *, buffers: bool = T
         raise DecodeError.make(field, f"{expected}: a 1-d buffer of bytes", got, raw=True)
     if not view.c_contiguous:
         raise DecodeError.make(field, f"{expected}: a contiguous buffer", f"a non-contiguous {cls.__name__}", raw=True)
+    if not view.nbytes:
+        return memoryview(b"")  # cast() refuses a view with a zero in its shape: empty text is empty text
     return view if view.ndim == 1 and view.format == "B" else view.cast("B")
 
 
@@ -343,6 +345,38 @@ def load_json(payload: str | bytes | bytearray | memoryview, *, what: str = "pay
             None, f"JSON text naming each member once ({what})", f"member {describe(duplicate)} twice", raw=True
         )
     return parsed
+
+
+def member(mapping: Mapping[Any, Any], key: str, *, what: str = "payload") -> Any:
+    """``mapping``'s value for ``key``, or None: a dict (a subclass too) read from its storage, as orjson reads it;
+    another mapping through its own ``get``, whose failure is reported, not leaked.
+
+    Raises:
+        DecodeError: a mapping's ``get`` raised.
+    """
+    if isinstance(mapping, dict):
+        return dict.get(mapping, key)
+    try:
+        return mapping.get(key)
+    except Exception as exc:  # the caller's own mapping code: reported, not leaked
+        got = f"{type(mapping).__name__} that raised {exc!r}"
+        raise DecodeError.make(None, f"a JSON object ({what})", got, raw=True) from exc
+
+
+def member_items(mapping: Mapping[Any, Any], *, what: str = "payload") -> Iterable[tuple[Any, Any]]:
+    """``mapping``'s members: a dict (a subclass too) read from its storage, as orjson reads it; another mapping
+    through its own ``items``, read once here, whose failure is reported, not leaked.
+
+    Raises:
+        DecodeError: a mapping's ``items`` raised.
+    """
+    if isinstance(mapping, dict):
+        return dict.items(mapping)
+    try:
+        return list(mapping.items())
+    except Exception as exc:  # the caller's own mapping code: reported, not leaked
+        got = f"{type(mapping).__name__} that raised {exc!r}"
+        raise DecodeError.make(None, f"a JSON object ({what})", got, raw=True) from exc
 
 
 def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:

@@ -40,7 +40,7 @@ from r3wire._jsonpath import json_path as _path
 from r3wire._jsontext import digit_limit, parse_json
 from r3wire._routecheck import check_chunk, optional_num_experts, prepare_routes, same_bytes, wire_ids
 from r3wire._utf8 import NotUtf8, first_leaf, first_not_utf8
-from r3wire._validate import as_text, optional_max_elements, plain_str, str_collection
+from r3wire._validate import as_text, member, optional_max_elements, plain_str, str_collection
 from r3wire._walk import EXIT, Guard, copy_list, holds_any
 from r3wire.arrays import array_wire, decode_array
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
@@ -1279,7 +1279,7 @@ class _Reader:
 
     @staticmethod
     def _is_envelope(obj: dict[str, Any]) -> bool:
-        schema = obj.get(KEY_SCHEMA)
+        schema = member(obj, KEY_SCHEMA)
         # A str subclass (np.str_ in a document built in process) names a schema by its characters, as decoders read it.
         return isinstance(schema, str) and plain_str(schema) in _SCHEMAS
 

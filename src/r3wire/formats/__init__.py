@@ -28,7 +28,7 @@ from r3wire._arraylike import as_numpy
 from r3wire._jsonpath import json_path as _path
 from r3wire._routecheck import optional_num_experts
 from r3wire._typeset import is_mapping
-from r3wire._validate import check_int, check_shape, optional_max_elements, plain_str
+from r3wire._validate import check_int, check_shape, load_object, optional_max_elements, plain_str
 from r3wire._walk import Guard, copy_list
 from r3wire.errors import DecodeError, EncodeError, R3WireError, UnsupportedVersionError, describe
 from r3wire.formats._common import (
@@ -263,6 +263,8 @@ def _positive(value: int | None, field: str) -> int | None:
 def _detect_mapping(obj: Mapping[Any, Any], has_shape: bool, *, nested: str | None = None) -> tuple[str, object]:
     """``nested``: ``obj`` is itself a routes value, and this is the field naming a ``routed_experts`` member of
     it (refused)."""
+    if type(obj) is not dict:
+        obj = load_object(obj)  # a snapshot, read once; a mapping whose own methods raise is reported, not leaked
     if KEY_SCHEMA in obj or KEY_VERSION in obj:
         return "r3wire", obj  # its reader refuses a routed_experts member like any unknown one
     if KEY_MANIFEST in obj:

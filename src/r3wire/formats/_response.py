@@ -21,6 +21,7 @@ import numpy as np
 
 from r3wire._jsonpath import json_path as _path
 from r3wire._typeset import is_mapping, types_within
+from r3wire._validate import member, member_items
 from r3wire._walk import EXIT, Guard, copy_list, holds_any, own_len
 from r3wire.arrays import decode_array
 from r3wire.errors import DecodeError, R3WireError
@@ -147,7 +148,7 @@ def _walk_out(context: _Context) -> Iterator[tuple[Mapping[str, Any], _Link]]:
 
 
 def _is_routes_envelope(node: Mapping[str, Any]) -> bool:
-    schema = node.get(KEY_SCHEMA)
+    schema = member(node, KEY_SCHEMA)
     return type(schema) is str and schema == ROUTES_SCHEMA.name
 
 
@@ -182,7 +183,7 @@ def find_routes(root: object, guard: Guard | None = None) -> Iterator[Found]:
                 continue
             inner = (context, node, link)
             children: list[_Item] = []
-            for child_key, item in node.items():
+            for child_key, item in member_items(node):
                 if child_key in ROUTES_FIELDS:
                     if item is not None:  # vLLM sends null when capture is off
                         children.append((True, item, (link, child_key), child_key, inner, outer))
@@ -438,7 +439,7 @@ def _near_prompt_ids(
 def _token_ids(value: object, parts: tuple[object, ...], max_elements: int | None) -> np.ndarray[Any, Any]:
     """The one reader of token ids (completion and prompt alike): a list of integers in ``0 .. 2**63 - 1`` or an
     r3wire ``dumps`` integer array, as int64, at most ``max_elements`` of them."""
-    if is_mapping(value) and value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # an r3wire dumps body
+    if is_mapping(value) and member(value, KEY_SCHEMA) == ARRAY_SCHEMA.name:  # an r3wire dumps body
         try:
             array = decode_array(value, max_elements=max_elements)
         except DecodeError as exc:
@@ -535,9 +536,9 @@ def _read_logprobs(key: str, value: object, max_elements: int | None, skip: int 
         return _Read(_numbers(value[skip:] if skip or not plain else value), ())
     if not is_mapping(value):
         raise DecodeError.make(None, "a logprobs object or list", type(value).__name__, raw=True)
-    if value.get(KEY_SCHEMA) == LOGPROBS_SCHEMA.name:
+    if member(value, KEY_SCHEMA) == LOGPROBS_SCHEMA.name:
         return _Read(clamp_logprobs(_one_per_token(decode_logprobs(value, max_elements=max_elements))[skip:]), ())
-    if value.get(KEY_SCHEMA) == ARRAY_SCHEMA.name:  # dumps before it wrote logprobs as r3wire.logprobs
+    if member(value, KEY_SCHEMA) == ARRAY_SCHEMA.name:  # dumps before it wrote logprobs as r3wire.logprobs
         array = decode_array(value, max_elements=max_elements)
         if array.dtype.kind != "f":
             raise DecodeError.make(None, "a float array of logprobs", str(array.dtype), raw=True)
