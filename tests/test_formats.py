@@ -597,3 +597,16 @@ def test_a_dtype_that_is_no_name_is_refused_naming_dtype(bad: Any) -> None:
         read(payload, "sglang", num_layers=2, top_k=2, dtype=bad)
     assert read_error.value.field == "dtype"
     assert read(payload, "sglang", num_layers=2, top_k=2, dtype=np.dtype("int32")).routes.shape == (2, 2, 2)
+
+
+@pytest.mark.parametrize(
+    ("num_layers", "top_k", "field"), [("x", 2, "num_layers"), (-1, 2, "num_layers"), (2, 0, "top_k")]
+)
+def test_detect_checks_the_shape_it_is_given_as_read_does(num_layers: Any, top_k: Any, field: str) -> None:
+    # detect took any value here and named sglang, whose reader then refused the same arguments (review 10a).
+    payload = write(np.zeros((1, 2, 2), np.uint8), "sglang")
+    for call in (detect, read):
+        with pytest.raises(R3WireError) as caught:
+            call(payload, num_layers=num_layers, top_k=top_k)
+        assert caught.value.field == field
+    assert detect(payload, num_layers=2, top_k=2) == "sglang"

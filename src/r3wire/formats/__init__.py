@@ -409,8 +409,12 @@ def detect(payload: object, *, num_layers: int | None = None, top_k: int | None 
             a whole body, choice or message is refused with the paths of the routes inside it; a
             ``routed_experts`` value holding ``routed_experts`` again, and a reference cycle, are refused at
             their path.
+        R3WireError: ``num_layers`` or ``top_k`` is given but not an integer in ``1 .. 2**31`` (as :func:`read`
+            refuses it).
     """
-    return _detect(payload, has_shape=num_layers is not None and top_k is not None)[0]
+    # Checked as read() checks them: detect never names a format whose reader refuses the same arguments.
+    layers, slots = _positive(num_layers, "num_layers"), _positive(top_k, "top_k")
+    return _detect(payload, has_shape=layers is not None and slots is not None)[0]
 
 
 def _detect(payload: object, *, has_shape: bool, nested: str | None = None) -> tuple[str, object]:
