@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -160,3 +161,27 @@ def test_out_of_memory_is_one_line_not_an_internal_error(
     assert err.startswith("r3wire: error: out of memory: ")
     assert "internal error" not in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["inspect", "\x00"], "FILE must be a file name without NUL characters"),
+        (["inspect", None], "every argument must be a string, got None"),
+        (["convert", "x.json", "--max-input-bytes", None], "every argument must be a string"),
+        ([b"inspect"], "every argument must be a string, got b'inspect'"),
+    ],
+)
+def test_arguments_no_shell_can_pass_are_one_line_errors(
+    argv: list[Any], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # An in-process caller's NUL was an "internal error ... please report this input", a non-string a traceback.
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code  # type: ignore[assignment]
+    assert code == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert "internal error" not in err
+    assert err.count("\n") <= 2  # argparse prints its usage line first

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import IO, Any, NoReturn
 
 from r3wire.demo import MAX_DRAWS, MAX_IDS, MAX_REPEAT, MAX_ROW_DRAWS, MAX_TOKEN_LAYERS, run_demo
-from r3wire.errors import DecodeError, EncodeError, R3WireError
+from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 
 __all__ = ["main"]
 
@@ -129,6 +129,10 @@ def _read_stdin(limit: int) -> bytes:
 
 
 def _read_file(path: str, limit: int) -> bytes:
+    if "\0" in path:  # open() would raise ValueError: no file has such a name
+        raise R3WireError.make(
+            "FILE", "a file name without NUL characters, or - for standard input", repr(path), raw=True
+        )
     with open(path, "rb") as handle:
         return _read_bounded(handle, limit, _input_name(path))
 
@@ -384,6 +388,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         SystemExit: ``--help`` (status 0), or a usage mistake (status 2, one line), as argparse does.
     """
     parser = build_parser()
+    if argv is not None:
+        argv = list(argv)
+        given: list[object] = list(argv)  # typed str, but callers in process may pass anything
+        for item in given:
+            if not isinstance(item, str):  # argparse would fail on it with a traceback
+                parser.error(f"every argument must be a string, got {describe(item)}")
     args = parser.parse_args(argv)
     try:
         _check_stdout(args.command)
