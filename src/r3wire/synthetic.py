@@ -6,11 +6,30 @@ experts. Ids within a row are distinct, as a router's top-k always is.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from r3wire._validate import MAX_DIM, check_int
+from r3wire.errors import R3WireError
+from r3wire.schema import MAX_NUM_EXPERTS
+
 __all__ = ["synthetic_routes"]
+
+
+def _number(value: object, field: str, expected: str, within: Callable[[float], bool]) -> float:
+    """``value`` as a float: a real number (not a bool) for which ``within`` holds."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise R3WireError.make(field, expected, value)
+    try:
+        number = float(value)
+    except OverflowError:  # an int beyond a double is no probability or skew either
+        raise R3WireError.make(field, expected, value) from None
+    if math.isnan(number) or not within(number):
+        raise R3WireError.make(field, expected, value)
+    return number
 
 
 def synthetic_routes(
@@ -37,15 +56,27 @@ def synthetic_routes(
         dtype: the integer dtype returned (engines hand out int32, uint8 or uint16).
 
     Raises:
-        ValueError: ``top_k`` exceeds ``num_experts`` or a size is negative.
+        R3WireError: (a ``ValueError``) an argument out of its range, named: sizes are integers (``rows``,
+            ``layers`` >= 0; ``1 <= top_k <= num_experts <= 2**31``), ``reuse`` a number in ``0 .. 1``, ``skew``
+            a finite number >= 0, ``seed`` an integer >= 0, ``dtype`` an integer dtype holding ``num_experts - 1``
+            (a narrower one would wrap ids and repeat experts within a row).
     """
-    if not 1 <= top_k <= num_experts or rows < 0 or layers < 0:
-        raise ValueError(
-            f"need rows, layers >= 0 and 1 <= top_k <= num_experts, got {rows}, {layers}, {top_k}, {num_experts}"
-        )
+    rows = check_int(rows, "rows", minimum=0, maximum=MAX_DIM, error=R3WireError)
+    layers = check_int(layers, "layers", minimum=0, maximum=MAX_DIM, error=R3WireError)
+    num_experts = check_int(num_experts, "num_experts", minimum=1, maximum=MAX_NUM_EXPERTS, error=R3WireError)
+    top_k = check_int(top_k, "top_k", minimum=1, maximum=num_experts, error=R3WireError)
+    seed = check_int(seed, "seed", minimum=0, maximum=MAX_DIM, error=R3WireError)
+    reuse = _number(reuse, "reuse", "a probability in 0 .. 1", lambda x: 0 <= x <= 1)
+    skew = _number(skew, "skew", "a finite number >= 0", lambda x: 0 <= x < math.inf)
+    try:
+        wanted = np.dtype(dtype)
+    except (TypeError, ValueError):
+        raise R3WireError.make("dtype", "an integer dtype", dtype) from None
+    if wanted.kind not in "iu" or int(np.iinfo(wanted).max) < num_experts - 1:
+        raise R3WireError.make("dtype", f"an integer dtype holding ids up to {num_experts - 1}", str(wanted))
     rng = np.random.default_rng(seed)
     popularity = (skew * rng.standard_normal((layers, num_experts))).astype(np.float32)
-    out = np.empty((rows, layers, top_k), dtype=dtype)
+    out = np.empty((rows, layers, top_k), dtype=wanted)
     chunk = max(1, (1 << 22) // max(1, layers * num_experts))  # bound the Gumbel scratch to ~16 MB
     for start in range(0, rows, chunk):
         stop = min(rows, start + chunk)
