@@ -327,7 +327,7 @@ def test_numpy_fill_not_stored_exactly_is_refused(fill: Any, dtype: Any) -> None
         (np.int64(2**53), np.float64),
         (np.uint8(3), np.float64),
         (np.float32(0.1), np.float64),
-        (np.bool_(True), np.float64),
+        (np.bool_(True), np.bool_),  # a bool fill only for bool values
         (np.float64(5.0), np.int64),
         (np.uint64(2**64 - 1), np.uint64),
         (np.float64("nan"), np.float32),
@@ -509,3 +509,12 @@ def test_a_multi_dimensional_memoryview_is_not_a_sequence_of_counts() -> None:
     for call in calls:
         with pytest.raises(R3WireError, match="must be a sequence of integers"):
             call()
+
+
+def test_a_bool_fill_is_for_bool_values_only() -> None:
+    # fill=True padded floats with 1.0 without a word (review 10a); bool values still take a bool fill.
+    with pytest.raises(R3WireError, match="not a bool") as caught:
+        pad_sequences([np.array([1.0, 2.0]), np.array([3.0])], side="right", fill=True)
+    assert caught.value.field == "fill"
+    padded, _ = pad_sequences([np.array([True]), np.array([True, False])], fill=False)
+    assert padded.tolist() == [[False, True], [True, False]]

@@ -143,11 +143,21 @@ def test_explicit_floor_that_would_round_is_still_refused() -> None:
     assert info.value.field == "floor"
 
 
-@pytest.mark.parametrize("floor", [-0.1, 1e-46])
+@pytest.mark.parametrize("floor", [-0.1, -1e-46])
 def test_floor_that_rounds_in_float32_is_refused(floor: float) -> None:
     with pytest.raises(R3WireError, match="exactly representable in float32"):
         clamp_logprobs(np.zeros(2, dtype=np.float32), floor=floor)
     assert clamp_logprobs(np.zeros(2), floor=floor).num_clamped == 0  # fine in float64
+
+
+@pytest.mark.parametrize("floor", [4.0, 1e-300, 1e300, np.float32(0.5)])
+def test_a_floor_above_zero_is_refused(floor: Any) -> None:
+    # A log-probability is at most 0: a missing one floored to 4.0 reads as a probability of e**4 (review 10a).
+    with pytest.raises(R3WireError, match=r"^floor must be a finite float <= 0"):
+        clamp_logprobs([-0.5, float("-inf")], floor=floor)
+    with pytest.raises(R3WireError, match=r"^floor must be a finite float <= 0"):
+        encode_logprobs([-0.5], floor=floor)
+    assert clamp_logprobs([-0.5, float("-inf")], floor=0.0).values.tolist() == [-0.5, 0.0]
 
 
 def test_floor_out_of_float16_range_is_refused() -> None:
@@ -675,9 +685,9 @@ def test_the_dtype_message_names_what_each_call_takes() -> None:
 def test_an_extended_precision_floor_that_float64_would_round_is_refused() -> None:
     if np.finfo(np.longdouble).eps >= np.finfo(np.float64).eps:
         pytest.skip("long double is float64 on this platform")
-    above_one: Any = np.longdouble(1) + np.finfo(np.longdouble).eps  # floor is typed float; any real is taken
+    below_minus_one: Any = np.longdouble(-1) - np.finfo(np.longdouble).eps  # floor is typed float; any real is taken
     with pytest.raises(R3WireError, match=r"^floor must be a value exactly representable as a float64"):
-        encode_logprobs([1.0], floor=above_one)
+        encode_logprobs([1.0], floor=below_minus_one)
     exact: Any = np.longdouble(-5.5)
     assert encode_logprobs([1.0], floor=exact)["dtype"] == "float64"
 

@@ -919,6 +919,9 @@ def _fill_value(fill: object, dtype: np.dtype[Any]) -> Array:
     # np.timedelta64 is an np.integer, but a duration with a unit: refused like any other non-number.
     if isinstance(fill, np.timedelta64) or not isinstance(fill, (bool, int, float, np.bool_, np.integer, np.floating)):
         raise _fail("fill", "a number (bool, int or float)", type(fill).__name__)
+    if isinstance(fill, (bool, np.bool_)) and dtype.kind != "b":
+        # As elsewhere a bool among numbers is refused: True would be written as 1 without a word.
+        raise _fail("fill", f"a number of {dtype.name} values, not a bool (a bool fill is for bool values)", fill)
     try:
         with np.errstate(all="ignore"):
             stored = np.asarray(fill).astype(dtype)
@@ -986,7 +989,8 @@ def pad_sequences(
             ``offsets[i] + n_i``, except that ``offsets`` with ``side="left"`` require it (left padding lines up
             the last tokens, which values that start at an offset need not reach).
         side: ``"left"`` puts padding before each trajectory, ``"right"`` after it.
-        fill: what every cell outside the values holds; must be exactly representable in the output dtype.
+        fill: what every cell outside the values holds; must be exactly representable in the output dtype (a
+            bool only for bool values).
         out: a writable array of exactly the output shape and dtype to fill instead of allocating one, sharing
             no memory with any sample and without a zero stride (as for :func:`pad_routes`).
         offsets: the trajectory position of each sample's first value (default 0).

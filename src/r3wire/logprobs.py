@@ -67,10 +67,11 @@ class ClampResult(NamedTuple):
 
 
 def check_floor(floor: object, dtype: np.dtype[Any] | None = None) -> float:
-    """Return ``floor`` as a ``float`` if it is finite and, when ``dtype`` is given, exactly representable in it.
+    """Return ``floor`` as a ``float`` if it is finite, at most 0 and, when ``dtype`` is given, exactly
+    representable in it.
 
     Raises:
-        R3WireError: the floor is not a real number, not finite, or would be rounded in ``dtype``.
+        R3WireError: the floor is not a real number, not finite, above 0, or would be rounded in ``dtype``.
     """
     if isinstance(floor, _REJECTED_TYPES) or not isinstance(floor, (int, float, np.integer, np.floating)):
         raise R3WireError.make("floor", "a finite float", floor)
@@ -80,6 +81,8 @@ def check_floor(floor: object, dtype: np.dtype[Any] | None = None) -> float:
         raise R3WireError.make("floor", "a finite float", floor) from None
     if not math.isfinite(value) or (isinstance(floor, (int, np.integer)) and int(value) != int(floor)):
         raise R3WireError.make("floor", "a finite float", floor)
+    if value > 0:  # a log-probability is at most 0: a missing one would become a probability above 1
+        raise R3WireError.make("floor", "a finite float <= 0 (a log-probability)", floor)
     if isinstance(floor, np.floating) and floor.dtype.itemsize > 8 and np.longdouble(value) != floor:
         # float() rounded an extended-precision floor: the caller's value would not be the one written.
         raise R3WireError.make("floor", "a value exactly representable as a float64", str(floor), raw=True)
@@ -289,9 +292,9 @@ def clamp_logprobs(values: Any, *, floor: float | None = None, request_id: str |
             float32 or float64 NumPy array or torch tensor of any shape. Never modified.
         floor: the replacement. Default: the output dtype's value nearest -9999.0 (:data:`LOGPROB_FLOOR`),
             which is -9999.0 in float32 and float64 and -10000.0 in float16 (-9999.0 is not a float16 value).
-            An explicit floor must be finite and exactly representable in the output dtype; it is checked on
-            every call, even when nothing needs clamping, so a bad floor fails at the first call rather than on
-            a rare bad token.
+            An explicit floor must be finite, at most 0 and exactly representable in the output dtype; it is
+            checked on every call, even when nothing needs clamping, so a bad floor fails at the first call rather
+            than on a rare bad token.
         request_id: the request these logprobs belong to. When given and something was clamped, one warning
             naming it, the count and the total goes to the ``r3wire`` logger. Without it nothing is logged:
             the count is the return value, and the caller decides what to do with it.
@@ -374,8 +377,8 @@ def encode_logprobs(
             replaced anything is always reported: one warning on the ``r3wire`` logger, naming ``request_id``
             when given. Call :func:`clamp_logprobs` first instead to get the count as a value.
         floor: the replacement when clamping. Default: as :func:`clamp_logprobs`, the dtype's value nearest
-            :data:`LOGPROB_FLOOR` (-9999.0 in float32 and float64). An explicit floor must be finite and exactly
-            representable in the dtype; it is checked even when ``clamp`` is false.
+            :data:`LOGPROB_FLOOR` (-9999.0 in float32 and float64). An explicit floor must be finite, at most 0
+            and exactly representable in the dtype; it is checked even when ``clamp`` is false.
         request_id: names the request in the warning.
 
     Returns:

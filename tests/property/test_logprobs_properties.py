@@ -52,9 +52,10 @@ def float_arrays(draw: st.DrawFn, dtypes: list[str] = FLOAT_DTYPES) -> np.ndarra
 
 
 def floors(dtype: np.dtype[Any]) -> st.SearchStrategy[float]:
-    """Floors exactly representable in ``dtype``: the usual one, or any finite value of the dtype."""
+    """Floors exactly representable in ``dtype``: the usual one, or any finite value of the dtype at most 0 (a
+    log-probability)."""
     finite = hnp.from_dtype(dtype.newbyteorder("="), allow_nan=False, allow_infinity=False)
-    return st.one_of(st.just(-4096.0), finite.map(float))
+    return st.one_of(st.just(-4096.0), finite.map(lambda x: -abs(float(x))))
 
 
 @given(st.data())
