@@ -45,6 +45,11 @@ def test_rows_are_distinct_ids_below_num_experts_in_the_dtype_asked() -> None:
         ({"reuse": 1.5}, "reuse"),
         ({"seed": np.array([[0, 1]])}, "seed"),  # np.random.default_rng(np.matrix(...)) crashes NumPy 2.4
         ({"seed": -1}, "seed"),
+        ({"rows": 2**31}, "rows"),
+        ({"layers": 2**31}, "rows"),
+        ({"layers": 2**24, "top_k": 1, "num_experts": 128}, "layers"),
+        ({"reuse": np.timedelta64(1, "s")}, "reuse"),
+        ({"dtype": [[[0]]]}, "dtype"),
     ],
 )
 def test_arguments_out_of_range_are_named(kwargs: dict[str, Any], field: str) -> None:

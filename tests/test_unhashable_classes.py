@@ -142,6 +142,9 @@ def test_a_callers_raising_mapping_or_list_is_reported_never_leaked() -> None:
     assert r3wire.loads(_RaisingDict(a=1)) == {"a": 1}
     assert formats.read_response(_RaisingDict(a=1)) == []
     assert formats.read_response({"choices": [_RaisingDict(a=1)]}) == []
+    # A list subclass is read from its storage too, as NumPy reads it.
+    padded, _ = r3wire.pad_sequences(_RaisingList([np.zeros(2), np.ones(1)]))
+    assert padded.tolist() == [[0.0, 0.0], [0.0, 1.0]]
     calls: list[Callable[[], object]] = [
         lambda: formats.detect(_RaisingDict(a=1)),
         lambda: formats.detect(_RaisingMapping()),
@@ -150,6 +153,10 @@ def test_a_callers_raising_mapping_or_list_is_reported_never_leaked() -> None:
         lambda: r3wire.decode_routes(_RaisingMapping()),
         lambda: r3wire.encode_routes(_RaisingList([[[0, 1]]])),
         lambda: r3wire.encode_array(_RaisingList([1, 2])),
+        lambda: formats.read_response(_RaisingList([[[0, 1]]])),
+        lambda: r3wire.pad_routes(_RaisingList([[[[0, 1]]], "x"])),
+        lambda: r3wire.pad_sequences(_RaisingList([np.zeros(2), "x"])),
+        lambda: r3wire.validate_routes(_RaisingList([np.zeros((1, 1, 2), np.uint8), "x"])),
     ]
     for call in calls:
         with pytest.raises(R3WireError):

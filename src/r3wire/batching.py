@@ -150,7 +150,9 @@ def _uniform(
     """
     if not _is_sequence(samples):
         raise _fail(field, what, type(samples).__name__)
-    items: Any = samples  # a Sequence, an array or a tensor with an axis: each iterates over its items
+    # A Sequence, an array or a tensor with an axis: each iterates over its items; a list or tuple (a subclass
+    # too) is read from its storage, as NumPy reads it (a subclass's own __iter__ may raise or differ).
+    items: Any = copy_list(samples) if isinstance(samples, (list, tuple)) else samples
     arrays = [convert(sample, f"{field}[{i}]") for i, sample in enumerate(items)]
     first = next((i for i, arr in enumerate(arrays) if arr is not neutral), None)
     if first is None:
@@ -587,7 +589,10 @@ def _from_traces(
             required, a trace never added to, or a trace without token ids and no ``token_lengths``; a token
             length below a trace's rows or recorded tokens.
     """
-    if not isinstance(samples, (list, tuple)) or not any(isinstance(sample, RouteTrace) for sample in samples):
+    if not isinstance(samples, (list, tuple)):
+        return samples, token_lengths, replayed
+    samples = copy_list(samples)  # its storage, read once: a subclass's own __iter__ may raise or differ
+    if not any(isinstance(sample, RouteTrace) for sample in samples):
         return samples, token_lengths, replayed
     for i, sample in enumerate(samples):
         if not isinstance(sample, RouteTrace):

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from r3wire._validate import MAX_DIM, check_int
+from r3wire._validate import DEFAULT_MAX_ELEMENTS, MAX_DIM, check_int
 from r3wire.errors import R3WireError
 from r3wire.schema import MAX_NUM_EXPERTS
 
@@ -21,7 +21,8 @@ __all__ = ["synthetic_routes"]
 
 def _number(value: object, field: str, expected: str, within: Callable[[float], bool]) -> float:
     """``value`` as a float: a real number (not a bool) for which ``within`` holds."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+    # np.timedelta64 is an np.integer, but a duration with a unit.
+    if isinstance(value, (bool, np.timedelta64)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise R3WireError.make(field, expected, value)
     try:
         number = float(value)
@@ -59,7 +60,8 @@ def synthetic_routes(
         R3WireError: (a ``ValueError``) an argument out of its range, named: sizes are integers (``rows``,
             ``layers`` >= 0; ``1 <= top_k <= num_experts <= 2**31``), ``reuse`` a number in ``0 .. 1``, ``skew``
             a finite number >= 0, ``seed`` an integer >= 0, ``dtype`` an integer dtype holding ``num_experts - 1``
-            (a narrower one would wrap ids and repeat experts within a row).
+            (a narrower one would wrap ids and repeat experts within a row); at most 2**30 ids in all (and
+            ``layers x num_experts``).
     """
     rows = check_int(rows, "rows", minimum=0, maximum=MAX_DIM, error=R3WireError)
     layers = check_int(layers, "layers", minimum=0, maximum=MAX_DIM, error=R3WireError)
@@ -68,6 +70,13 @@ def synthetic_routes(
     seed = check_int(seed, "seed", minimum=0, maximum=MAX_DIM, error=R3WireError)
     reuse = _number(reuse, "reuse", "a probability in 0 .. 1", lambda x: 0 <= x <= 1)
     skew = _number(skew, "skew", "a finite number >= 0", lambda x: 0 <= x < math.inf)
+    for field, count in (("rows", rows * layers * top_k), ("layers", layers * num_experts)):
+        if count > DEFAULT_MAX_ELEMENTS:  # what a decoder takes by default; a demo needs far less
+            raise R3WireError.make(
+                field, f"sizes of at most {DEFAULT_MAX_ELEMENTS} ids (rows x layers x top_k)", count, raw=True
+            )
+    if not isinstance(dtype, (str, np.dtype, type)):  # np.dtype() of a nested list may recurse without end
+        raise R3WireError.make("dtype", "an integer dtype", dtype)
     try:
         wanted = np.dtype(dtype)
     except (TypeError, ValueError):

@@ -702,7 +702,7 @@ def read_response(
     if isinstance(body, (list, tuple)):
         # A batch is a list of bodies, each an object. Anything else in it, above all a body still as text
         # (``[r.text for r in responses]``), would be walked as data into ``[]``: "no routes", silently.
-        for i, item in enumerate(body):
+        for i, item in enumerate(copy_list(body)):  # its storage: a subclass's own __iter__ may raise
             if not is_mapping(item):
                 raise DecodeError.make(
                     f"$[{i}]",
