@@ -1625,7 +1625,15 @@ def _copy_decoded(root: Any, reader: _Reader) -> tuple[Any, bool]:
     if not isinstance(root, (dict, list, tuple)):
         return root, False
     tuples = not isinstance(root, (dict, list))
-    top = dict(root) if isinstance(root, dict) else copy_list(root) if isinstance(root, list) else _TupleList(root)
+    # A dict or list subclass is copied from its storage: dict() of one whose __iter__ is overridden calls its
+    # keys() and __getitem__, which may raise or lie.
+    top = (
+        dict(dict.items(root))
+        if isinstance(root, dict)
+        else copy_list(root)
+        if isinstance(root, list)
+        else _TupleList(root)
+    )
     guard = Guard(root, _path)
     seen = guard.seen
     # Each container is two entries, its original (whose identity the guard follows) and its copy on top: no tuple
@@ -1667,7 +1675,7 @@ def _copy_decoded(root: Any, reader: _Reader) -> tuple[Any, bool]:
             else:
                 seen.add(ident)
             if isinstance(item, dict):
-                copied: Any = dict(item)
+                copied: Any = dict(dict.items(item))
             elif isinstance(item, list):
                 copied = list(item) if cls is list else copy_list(item)
             else:

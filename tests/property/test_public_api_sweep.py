@@ -309,11 +309,7 @@ SKIP = frozenset({("bitpack.unpack_bits_from", "count", "2**31")})
 
 # Known escapes, each a finding not fixed yet: (case, argument, value) -> the finding. Each must still escape
 # (strict), so a fix makes this test ask for its entry to be removed.
-KNOWN: dict[tuple[str, str, str], str] = {
-    # r3wire.loads(d), d a dict subclass whose __iter__ and keys() raise TypeError: dict(root) in
-    # response._copy_decoded goes through keys() once __iter__ is overridden, and its TypeError escapes.
-    ("loads", "data", "TERaisingDict"): "loads copies a dict subclass through its raising keys()",
-}
+KNOWN: dict[tuple[str, str, str], str] = {}
 
 
 def _base(case: str) -> str:
