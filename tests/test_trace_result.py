@@ -574,9 +574,12 @@ def test_tensors_as_layers_replayed_and_samples() -> None:
             RouteTrace().add_result(_result(_with_dense_layers()), layers=layers)
         assert str(caught.value.field).startswith("layers")
     by_list, by_tensor = RouteTrace(num_experts=8), RouteTrace(num_experts=8)
-    by_list.add_result(_result(_with_dense_layers()), layers=[5, 3])
-    by_tensor.add_result(_result(_with_dense_layers()), layers=torch.tensor([5, 3]))
+    by_list.add_result(_result(_with_dense_layers()), layers=[3, 5])
+    by_tensor.add_result(_result(_with_dense_layers()), layers=torch.tensor([3, 5]))
     assert np.array_equal(by_list.finalize()[0], by_tensor.finalize()[0])
+    with pytest.raises(R3WireError, match="increasing order") as caught:  # reordered layers, as for a list
+        RouteTrace(num_experts=8).add_result(_result(_with_dense_layers()), layers=torch.tensor([5, 3]))
+    assert caught.value.field == "layers[1]"
     # A 4-d tensor is a sequence of samples, as a 4-d array is.
     batch = np.stack([TRUTH[:2], TRUTH[2:4]])
     padded, mask = pad_routes(torch.from_numpy(batch), side="right", replayed=torch.tensor([[True, False]] * 2))
