@@ -7,11 +7,13 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
-# "ci" runs a thousand examples per property; "dev" keeps local runs quick. CI=true selects "ci". (2000 examples
-# per property took the main CI stage past 20 minutes of pytest once the suite had grown to 140 properties.)
+# "ci" runs 600 examples per property; "dev" keeps local runs quick. CI=true selects "ci". (2000 examples per
+# property took the main CI stage past 20 minutes of pytest once the suite had grown to 140 properties; at 1000, the
+# whole CI run measured 1995 s on a shared 2-core machine, past its 30-minute budget, once the suite had grown to
+# 13,971 tests across four stages. The other three stages run "dev".)
 settings.register_profile("dev", max_examples=200, deadline=None)
 settings.register_profile(
-    "ci", max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+    "ci", max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
 
