@@ -359,8 +359,7 @@ def member(mapping: Mapping[Any, Any], key: str, *, what: str = "payload") -> An
     try:
         return mapping.get(key)
     except Exception as exc:  # the caller's own mapping code: reported, not leaked
-        got = f"{type(mapping).__name__} that raised {exc!r}"
-        raise DecodeError.make(None, f"a JSON object ({what})", got, raw=True) from exc
+        raise _mapping_raised(mapping, exc, what) from exc
 
 
 def member_items(mapping: Mapping[Any, Any], *, what: str = "payload") -> Iterable[tuple[Any, Any]]:
@@ -375,8 +374,12 @@ def member_items(mapping: Mapping[Any, Any], *, what: str = "payload") -> Iterab
     try:
         return list(mapping.items())
     except Exception as exc:  # the caller's own mapping code: reported, not leaked
-        got = f"{type(mapping).__name__} that raised {exc!r}"
-        raise DecodeError.make(None, f"a JSON object ({what})", got, raw=True) from exc
+        raise _mapping_raised(mapping, exc, what) from exc
+
+
+def _mapping_raised(mapping: object, exc: Exception, what: str) -> R3WireError:
+    """The refusal of a caller's mapping whose own method raised ``exc`` (reported, never leaked)."""
+    return DecodeError.make(None, f"a JSON object ({what})", f"{type(mapping).__name__} that raised {exc!r}", raw=True)
 
 
 def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
@@ -393,9 +396,7 @@ def load_object(payload: object, *, what: str = "payload") -> Mapping[str, Any]:
         try:
             return dict(payload.items())
         except Exception as exc:  # the caller's own mapping code: reported, not leaked
-            raise DecodeError.make(
-                None, f"a JSON object ({what})", f"{type(payload).__name__} that raised {exc!r}", raw=True
-            ) from exc
+            raise _mapping_raised(payload, exc, what) from exc
     if isinstance(payload, (str, bytes, bytearray, memoryview)):  # other buffers are not taken for JSON text here
         parsed = load_json(payload, what=what, root="")
         if not isinstance(parsed, dict):

@@ -389,11 +389,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     parser = build_parser()
     if argv is not None:
-        argv = list(argv)
-        given: list[object] = list(argv)  # typed str, but callers in process may pass anything
+        given: list[Any] = list(argv)  # typed str, but callers in process may pass anything
         for item in given:
             if not isinstance(item, str):  # argparse would fail on it with a traceback
                 parser.error(f"every argument must be a string, got {describe(item)}")
+        argv = given
     args = parser.parse_args(argv)
     try:
         _check_stdout(args.command)
