@@ -89,6 +89,7 @@ __all__ = [
     "FORMATS",
     "MAX_DECOMPRESSED_BYTES",
     "MISSING_ROUTE",
+    "DTypeName",
     "Format",
     "ReadResult",
     "detect",
@@ -221,8 +222,9 @@ def _format_name(name: object, *, auto: bool = True) -> str:
     return plain
 
 
-# What a dtype argument may be: a name ("uint8"), or a NumPy dtype or scalar type, taken by its name.
 DTypeName: TypeAlias = "str | np.dtype[Any] | type[np.generic]"
+"""What a ``dtype`` argument of :func:`read`, :func:`read_response` and :func:`write` may be: a name
+(``"uint16"``), or a NumPy dtype or scalar type (``np.dtype("uint16")``, ``np.uint16``), taken by its name."""
 
 
 def _dtype_argument(dtype: object, error: type[R3WireError]) -> str | None:
