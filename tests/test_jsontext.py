@@ -365,3 +365,46 @@ def test_an_over_long_integer_shadowed_by_a_repeated_member_is_still_refused() -
             r3wire.loads(text)
         assert info.value.field == ("$.a" if text.startswith('{"a": 1') else "$.b[0]")
         assert f"got an integer of {MAX_INT_DIGITS + 1} digits" in str(info.value)
+
+
+def _python_calls(fn: Any) -> int:
+    """How many Python-level function calls ``fn()`` makes, whatever it raises (C calls are not counted)."""
+    calls = 0
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal calls
+        calls += event == "call"
+
+    sys.setprofile(count)
+    try:
+        fn()
+    except Exception:  # the refusal under test; its class is asserted by the caller
+        pass
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+_CUT_BODIES = {
+    "loads": r3wire.loads,
+    "read_response": formats.read_response,
+    "decode_routes": r3wire.decode_routes,
+}
+
+
+@pytest.mark.parametrize("entry", sorted(_CUT_BODIES))
+@pytest.mark.parametrize("kind", [str, bytes, bytearray, memoryview])
+@pytest.mark.parametrize("tail", ["", "}", '"\u00e9"}'])
+def test_text_that_is_not_json_is_refused_without_a_step_per_value(entry: str, kind: type, tail: str) -> None:
+    # A body cut short (or broken) after 100,000 values was parsed a second time by the stdlib parser, to look for
+    # a fault it could place, with a Python call per number: seconds per megabyte, and several times the text in
+    # memory. orjson's error already shows the text is not JSON, so it is refused with the same words, and the
+    # work in Python stays a constant, whatever the text's length.
+    def body(count: int) -> Any:
+        text = '{"choices": [{"token_ids": [' + "12345," * count + tail
+        return text if kind is str else kind(text.encode())
+
+    call = _CUT_BODIES[entry]
+    with pytest.raises(DecodeError, match="must be (valid )?JSON.*, got invalid JSON"):
+        call(body(100_000))
+    assert _python_calls(lambda: call(body(100_000))) < 2 * _python_calls(lambda: call(body(10))) + 100

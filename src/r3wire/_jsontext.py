@@ -84,14 +84,15 @@ def parse_json(text: str | bytes | bytearray | memoryview, *, root: str = "$") -
     """
     try:
         parsed = orjson.loads(text)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as error:
         # orjson refuses an integer of 310 digits or more: valid JSON all the same, read here if that is why.
         if _scan(text):
             exact = _parse_exact(text, root)
             if exact is not _INVALID:
                 return exact
         # orjson names no location for a string that is not UTF-8 or a number out of a double's range.
-        _raise_located(text, root)
+        if _may_be_located(text, error.pos):
+            _raise_located(text, root)
         raise
     if not _may_be_rounded(text, parsed):
         return parsed
@@ -400,6 +401,46 @@ def _float_or_out_of_range(token: str) -> float | _OutOfRange:
 
 def _refuse_constant(name: str) -> None:
     raise ValueError(name)  # NaN and Infinity are not JSON: the text stays refused with orjson's own words
+
+
+# Where orjson's error points when a number it cannot hold is why it refused the text (its token's first character).
+_NUMBER_AT_STR: Final = re.compile(r"-?[0-9]")
+_NUMBER_AT_BYTES: Final = re.compile(rb"-?[0-9]")
+# An escaped surrogate (``\udc00``; a valid pair matches too): orjson's error for a lone one points at different
+# characters of it in different versions, so the whole text is searched.
+_SURROGATE_ESCAPE_STR: Final = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES: Final = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _may_be_located(text: str | bytes | bytearray | memoryview, pos: int) -> bool:
+    """False when orjson's refusal of ``text`` (its error at character ``pos``) cannot be one that
+    :func:`_raise_located` places: then its stdlib parse, tens of times slower than orjson and several times the
+    text's size in memory, is skipped (a truncated body of tens of megabytes is refused in milliseconds).
+
+    orjson checks the whole text is UTF-8 first, then parses in text order and stops at the first fault. So when
+    the text is UTF-8 (no lone surrogate), holds no escaped surrogate, and no number starts where orjson stopped,
+    orjson stopped at text that is not JSON, which is reported before any value's fault (wire-format.md §13).
+    Never False when the text holds a fault the parse would place (only the checks' cost matters otherwise).
+    """
+    data: str | bytes | bytearray | memoryview
+    if isinstance(text, str):
+        if not text.isascii() and not_utf8_at(text) is not None:
+            return True
+        data = text
+    else:
+        try:
+            flat = np.frombuffer(text, np.uint8)
+        except (TypeError, ValueError, BufferError):
+            return True  # not one contiguous buffer: let the parse decide, as before
+        data = text
+        if flat.size and int(flat.max()) >= 0x80:
+            try:
+                data = str(text, "utf-8")  # positions are orjson's character counts, not bytes
+            except UnicodeDecodeError:
+                return True
+    if isinstance(data, str):
+        return bool(_SURROGATE_ESCAPE_STR.search(data)) or _NUMBER_AT_STR.match(data, pos) is not None
+    return bool(_SURROGATE_ESCAPE_BYTES.search(data)) or _NUMBER_AT_BYTES.match(data, pos) is not None
 
 
 def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -19,8 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import r3wire
-from r3wire import DecodeError, EncodeError
+from r3wire import DecodeError, EncodeError, _jsontext
 from r3wire._jsonpath import json_path
+from r3wire._jsontext import parse_json
 from r3wire.formats import read_response
 
 pytestmark = pytest.mark.property
@@ -203,3 +205,33 @@ def test_of_several_faults_the_first_in_the_text_is_named_before_any_repeated_na
                 assert "twice" in str(info.value)
             else:
                 assert info.value.field == json_path(first)
+
+
+def _outcome(text: str | bytes) -> tuple[type[BaseException] | None, str]:
+    try:
+        parse_json(text)
+    except Exception as exc:  # every refusal is compared, whatever its class
+        return type(exc), str(exc)
+    return None, ""
+
+
+# Ways a written text goes wrong: cut short (a truncated body), a character in the wrong place, a fault token.
+_DAMAGE = st.one_of(
+    st.tuples(st.just("cut"), st.floats(0, 1)),
+    st.tuples(st.just("insert"), st.floats(0, 1), st.sampled_from(["}", "]", ",", ":", "x", "1", "-", '"', "\\"])),
+    st.tuples(st.just("insert"), st.floats(0, 1), _FAULTS),
+)
+
+
+@given(tree=_TREES, damage=st.lists(_DAMAGE, max_size=3))
+def test_skipping_the_stdlib_parse_never_changes_a_refusal(tree: Any, damage: list[tuple[Any, ...]]) -> None:
+    # The stdlib parse that places a fault is skipped when orjson's error shows the text is not JSON; over texts
+    # with faults and damage anywhere, every outcome (the error's class and message) is the one the parse gives.
+    text, _, _ = _write(tree)
+    for kind, at, *rest in damage:
+        cut = int(at * len(text))
+        text = text[:cut] if kind == "cut" else text[:cut] + rest[0] + text[cut:]
+    for given_text in (text, text.encode("utf-8", "surrogatepass")):
+        gated = _outcome(given_text)
+        with mock.patch.object(_jsontext, "_may_be_located", lambda text, pos: True):
+            assert _outcome(given_text) == gated
