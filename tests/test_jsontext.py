@@ -3,9 +3,11 @@ repeated envelope member before decoding the envelope (review 6, findings A and 
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import tracemalloc
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -385,7 +387,7 @@ def _python_calls(fn: Any) -> int:
     return calls
 
 
-_CUT_BODIES = {
+_CUT_BODIES: dict[str, Callable[[Any], object]] = {
     "loads": r3wire.loads,
     "read_response": formats.read_response,
     "decode_routes": r3wire.decode_routes,
@@ -405,6 +407,33 @@ def test_text_that_is_not_json_is_refused_without_a_step_per_value(entry: str, k
         return text if kind is str else kind(text.encode())
 
     call = _CUT_BODIES[entry]
-    with pytest.raises(DecodeError, match="must be (valid )?JSON.*, got invalid JSON"):
+    with pytest.raises(DecodeError, match=r"must be (valid )?JSON.*, got invalid JSON"):
         call(body(100_000))
     assert _python_calls(lambda: call(body(100_000))) < 2 * _python_calls(lambda: call(body(10))) + 100
+
+
+@pytest.mark.parametrize("values", ["12345,", "-0.5,", "true,null,"])
+@pytest.mark.parametrize(
+    ("fault", "field", "words"),
+    [
+        (b'"\xff"', "$.x[{n}]", "valid UTF-8"),
+        (b'{"a": [1, "\\udc00"]}', "$.x[{n}].a[1]", "lone surrogate"),
+        (b"-1e999", "$.x[{n}]", "number out of range"),
+    ],
+)
+def test_a_fault_after_many_values_is_placed_without_a_step_per_value(
+    values: str, fault: bytes, field: str, words: str
+) -> None:
+    # To name the place of a value orjson refuses, the text is parsed again by the stdlib parser. Numbers there
+    # are read by C functions, and the walk for the fault passes over arrays of numbers in C: the Python work is
+    # a constant, not a step per value (it was several per value: seconds for a body of some megabytes).
+    def body(count: int) -> bytes:
+        return b'{"x": [' + values.encode() * count + fault + b"]}"
+
+    per_value = values.count(",")
+    for text in (body(50_000), body(50_000).decode("utf-8", "surrogateescape")):
+        with pytest.raises(DecodeError, match=words) as info:
+            r3wire.loads(text)
+        assert info.value.field == field.format(n=50_000 * per_value)
+        calls = _python_calls(functools.partial(r3wire.loads, text))
+        assert calls < 2 * _python_calls(lambda: r3wire.loads(body(10))) + 100

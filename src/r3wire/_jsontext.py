@@ -15,7 +15,8 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from itertools import compress
 from typing import Any, Final
 
 import numpy as np
@@ -86,13 +87,14 @@ def parse_json(text: str | bytes | bytearray | memoryview, *, root: str = "$") -
         parsed = orjson.loads(text)
     except orjson.JSONDecodeError as error:
         # orjson refuses an integer of 310 digits or more: valid JSON all the same, read here if that is why.
-        if _scan(text):
+        long_ints = _scan(text)
+        if long_ints:
             exact = _parse_exact(text, root)
             if exact is not _INVALID:
                 return exact
         # orjson names no location for a string that is not UTF-8 or a number out of a double's range.
         if _may_be_located(text, error.pos):
-            _raise_located(text, root)
+            _raise_located(text, root, long_ints=long_ints, pos=error.pos)
         raise
     if not _may_be_rounded(text, parsed):
         return parsed
@@ -443,36 +445,102 @@ def _may_be_located(text: str | bytes | bytearray | memoryview, pos: int) -> boo
     return bool(_SURROGATE_ESCAPE_BYTES.search(data)) or _NUMBER_AT_BYTES.match(data, pos) is not None
 
 
-def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> None:
+def _as_str(text: str | bytes | bytearray | memoryview) -> str:
+    """The text as ``str``; a byte that is not UTF-8 becomes a lone surrogate U+DC80..U+DCFF, which the search
+    for faults then finds."""
+    if isinstance(text, str):
+        return text
+    try:
+        return str(text, "utf-8", "surrogateescape")  # any contiguous buffer, without a copy of the bytes first
+    except (TypeError, BufferError):
+        return bytes(text).decode("utf-8", "surrogateescape")
+
+
+def _stdlib_parse(data: str, limit: int, *, long_ints: bool, float_tokens: bool) -> Any:
+    """``data`` parsed by the stdlib parser, objects as :class:`_Members`, or :data:`_INVALID` if it is not JSON.
+
+    An integer token of more than ``limit`` digits becomes :class:`_TooLong`; the others are not faults, and
+    C functions read them (no Python call per integer) when none can be that long (``long_ints`` False), or when
+    ``limit`` is the interpreter's own, which refuses a longer one: that refusal, or invalid JSON, is then told
+    apart by parsing again with a Python call per integer. With ``float_tokens`` a float beyond a double's range
+    becomes :class:`_OutOfRange` (its token kept, one Python call per float); else the C ``float`` reads it as
+    infinity.
+    """
+    get = getattr(sys, "get_int_max_str_digits", None)  # Python 3.10.7 and later
+    c_ints = not long_ints or (get is not None and get() == limit)
+    # No integer can be a fault when none is long: each is read as True, a value the walk passes over that costs
+    # no memory (an int object per token is several times the text).
+    doc = _parse_with(data, (int if long_ints else bool) if c_ints else _exact_int(limit), float_tokens)
+    if doc is _INVALID and c_ints and long_ints:
+        doc = _parse_with(data, _exact_int(limit), float_tokens)
+    return doc
+
+
+def _exact_int(limit: int) -> Callable[[str], int | _TooLong]:
+    return lambda token: int(token) if len(token) <= limit or _digits(token) <= limit else _TooLong(token)
+
+
+def _parse_with(data: str, parse_int: Callable[[str], object], float_tokens: bool) -> Any:
+    recursion = sys.getrecursionlimit()
+    # Text nested up to orjson's limit is valid JSON, but the stdlib parser would run out of frames before it.
+    sys.setrecursionlimit(recursion + _RECURSION_HEADROOM)
+    try:
+        return json.loads(
+            data,
+            object_pairs_hook=_Members,
+            parse_float=_float_or_out_of_range if float_tokens else float,
+            parse_int=parse_int,
+            parse_constant=_refuse_constant,
+        )
+    except (ValueError, RecursionError):
+        return _INVALID
+    finally:
+        sys.setrecursionlimit(recursion)
+
+
+# A JSON number token.
+_NUMBER_TOKEN: Final = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def _number_at(data: str, pos: int | None) -> str | None:
+    """The number token that starts at character ``pos`` of ``data``, or None."""
+    if pos is None or not 0 <= pos < len(data):
+        return None
+    match = _NUMBER_TOKEN.match(data, pos)
+    return None if match is None else match.group()
+
+
+def _raise_located(
+    text: str | bytes | bytearray | memoryview, root: str, *, long_ints: bool = True, pos: int | None = None
+) -> None:
     """After orjson refused ``text``: if the text is valid JSON (orjson's nesting limit included), raise the error
     for the first value in text order that orjson refuses or cannot hold but that has a place -- a string (value
     or member name) that is not UTF-8, a number beyond a double's range, an integer of more digits than the
     interpreter converts -- at its path. Text that is not JSON is a fault before any of these (wire-format.md
     §13, "Several faults in one text"), so this returns and orjson's own error is raised.
 
+    ``long_ints``: False when the text holds no integer token of 19 digits or more (:func:`_scan`), so none can
+    be too long to convert. ``pos``: where orjson's error points, the first character of an out-of-range
+    number's token when that is the first fault of a UTF-8 text. Both only spare Python work per value.
+
     Raises:
         DecodeError: such a string or number, its field the path.
     """
     from_bytes = not isinstance(text, str)
-    # A byte that is not UTF-8 becomes a lone surrogate U+DC80..U+DCFF, which the search then finds.
-    data = bytes(text).decode("utf-8", "surrogateescape") if not isinstance(text, str) else text
+    data = _as_str(text)
     limit = digit_limit()
-    recursion = sys.getrecursionlimit()
-    # Text nested up to orjson's limit is valid JSON, but the stdlib parser would run out of frames before it.
-    sys.setrecursionlimit(recursion + _RECURSION_HEADROOM)
-    try:
-        doc = json.loads(
-            data,
-            object_pairs_hook=_Members,
-            parse_float=_float_or_out_of_range,
-            parse_int=lambda token: int(token) if _digits(token) <= limit else _TooLong(token),
-            parse_constant=_refuse_constant,
-        )
-    except (ValueError, RecursionError):
+    doc = _stdlib_parse(data, limit, long_ints=long_ints, float_tokens=False)
+    if doc is _INVALID:
         return
-    finally:
-        sys.setrecursionlimit(recursion)
     found = _first_fault(doc)
+    if found is not None and type(found[1]) is float:
+        # Read by float() as infinity: its token, for the message, is where orjson stopped if it was orjson's
+        # first fault; else the text is parsed again keeping every float's token (Python work per float).
+        token = _number_at(data, pos)
+        if token is not None and not math.isfinite(float(token)):
+            found = (found[0], _OutOfRange(token))
+        else:
+            found = _first_fault(_stdlib_parse(data, limit, long_ints=long_ints, float_tokens=True))
     if found is None:
         return
     parts, leaf = found
@@ -502,14 +570,45 @@ def _raise_located(text: str | bytes | bytearray | memoryview, root: str) -> Non
 def _is_fault(leaf: object) -> bool:
     if type(leaf) is str:
         return not_utf8_at(leaf) is not None
+    if type(leaf) is float:
+        return not math.isfinite(leaf)  # JSON has no infinity: a token beyond a double's range, read by float()
     return type(leaf) is _OutOfRange or type(leaf) is _TooLong
 
 
+# The items of an array the walk looks at (by their type): containers, strings and the parser's fault markers.
+# Numbers are looked at only where one is infinite (the C ``float`` read a token beyond a double's range); an
+# array of numbers is passed over without a Python step per item.
+_LOOKED_AT: Final = frozenset({list, _Members, str, _TooLong, _OutOfRange})
+
+
 def _entries(node: list[Any]) -> Iterator[tuple[object, object, str | None]]:
-    """A container's (part, value, member name or None) in text order."""
+    """A container's (part, value, member name or None) in text order; of an array, only the items
+    :func:`_first_fault` must look at: those of :data:`_LOOKED_AT` and the first
+    infinite float."""
     if type(node) is _Members:
         return ((name, value, name) for name, value in node)
-    return ((index, value, None) for index, value in enumerate(node))
+    looked = compress(enumerate(node), map(_LOOKED_AT.__contains__, map(type, node)))
+    infinite = [at for at in (_index(node, math.inf), _index(node, -math.inf)) if at is not None]
+    return _array_entries(looked, min(infinite) if infinite else None, node)
+
+
+def _index(node: list[Any], value: float) -> int | None:
+    try:
+        return node.index(value)
+    except ValueError:
+        return None
+
+
+def _array_entries(
+    looked: Iterator[tuple[int, Any]], infinite: int | None, node: list[Any]
+) -> Iterator[tuple[object, object, str | None]]:
+    for index, item in looked:
+        if infinite is not None and infinite < index:
+            yield infinite, node[infinite], None
+            infinite = None
+        yield index, item, None
+    if infinite is not None:
+        yield infinite, node[infinite], None
 
 
 def _first_fault(doc: object) -> tuple[list[object], object] | None:

@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -223,15 +225,39 @@ _DAMAGE = st.one_of(
 )
 
 
+def _every_entry(node: list[Any]) -> Any:
+    if type(node) is _jsontext._Members:
+        return ((name, value, name) for name, value in node)
+    return ((index, value, None) for index, value in enumerate(node))
+
+
+@contextlib.contextmanager
+def _python_step_per_value() -> Iterator[None]:
+    """The reference locator: the stdlib parse after every refusal, a Python call per number keeping its token,
+    and a walk that looks at every value."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mock.patch.object(_jsontext, "_may_be_located", return_value=True))
+        stack.enter_context(
+            mock.patch.object(
+                _jsontext,
+                "_stdlib_parse",
+                lambda data, limit, **_: _jsontext._parse_with(data, _jsontext._exact_int(limit), True),
+            )
+        )
+        stack.enter_context(mock.patch.object(_jsontext, "_entries", _every_entry))
+        yield
+
+
 @given(tree=_TREES, damage=st.lists(_DAMAGE, max_size=3))
-def test_skipping_the_stdlib_parse_never_changes_a_refusal(tree: Any, damage: list[tuple[Any, ...]]) -> None:
-    # The stdlib parse that places a fault is skipped when orjson's error shows the text is not JSON; over texts
-    # with faults and damage anywhere, every outcome (the error's class and message) is the one the parse gives.
+def test_the_shortcuts_of_placing_a_fault_never_change_a_refusal(tree: Any, damage: list[tuple[Any, ...]]) -> None:
+    # Placing a fault takes shortcuts: no stdlib parse when orjson's error shows the text is not JSON, C readers
+    # for numbers that cannot be faults, a walk that passes over arrays of numbers. Over texts with faults and
+    # damage anywhere, every outcome (the error's class and message) is the reference's.
     text, _, _ = _write(tree)
     for kind, at, *rest in damage:
         cut = int(at * len(text))
         text = text[:cut] if kind == "cut" else text[:cut] + rest[0] + text[cut:]
     for given_text in (text, text.encode("utf-8", "surrogatepass")):
-        gated = _outcome(given_text)
-        with mock.patch.object(_jsontext, "_may_be_located", lambda text, pos: True):
-            assert _outcome(given_text) == gated
+        fast = _outcome(given_text)
+        with _python_step_per_value():
+            assert _outcome(given_text) == fast
