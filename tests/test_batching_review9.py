@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import tracemalloc
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from importlib.util import find_spec
 from typing import Any
 from unittest.mock import patch
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
 
+import r3wire
 from r3wire import (
     R3WireError,
     RouteTrace,
@@ -518,3 +520,46 @@ def test_a_bool_fill_is_for_bool_values_only() -> None:
     assert caught.value.field == "fill"
     padded, _ = pad_sequences([np.array([True]), np.array([True, False])], fill=False)
     assert padded.tolist() == [[False, True], [True, False]]
+
+
+class _Rows(Sequence[Any]):
+    """A caller's own sequence (not a list or tuple), read through its own iteration; ``broken`` makes it raise."""
+
+    def __init__(self, items: list[Any], *, broken: bool = False) -> None:
+        self._items, self._broken = items, broken
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._broken:
+            raise TypeError("cannot iterate")
+        return iter(self._items)
+
+
+_R = np.array([[[0, 1]], [[1, 0]]], dtype=np.uint8)
+_SEQUENCE_CALLS: dict[str, tuple[str, Callable[[Any], object], list[Any]]] = {
+    "pad_routes samples": ("samples", functools.partial(r3wire.pad_routes, side="right"), [_R, _R]),
+    "pack_routes samples": ("samples", r3wire.pack_routes, [_R]),
+    "pad_sequences values": ("values", functools.partial(r3wire.pad_sequences, side="right"), [np.zeros(2)]),
+    "token_lengths": ("token_lengths", lambda s: r3wire.pad_routes([_R, _R], token_lengths=s), [3, 2]),
+    "replayed": ("replayed", lambda s: r3wire.pad_routes([_R], side="right", replayed=s), [np.array([True, False])]),
+    "clamp_logprobs": ("values", r3wire.clamp_logprobs, [-0.5, None, -1.0]),
+    "encode_logprobs": ("logprobs", r3wire.encode_logprobs, [-0.5, -1.0]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SEQUENCE_CALLS))
+def test_a_callers_own_sequence_is_read_through_its_iteration_and_a_raising_one_is_refused(name: str) -> None:
+    # A Sequence that is not a list or tuple is read as it iterates; one whose __iter__ raised leaked its
+    # TypeError from the batching and logprobs functions. Now it is refused by name, its exception chained.
+    field, call, items = _SEQUENCE_CALLS[name]
+    assert repr(call(_Rows(items))) == repr(call(list(items)))
+    with pytest.raises(R3WireError) as info:
+        call(_Rows(items, broken=True))
+    assert info.value.field == field
+    assert "_Rows whose __iter__ raised TypeError('cannot iterate')" in str(info.value)
+    assert isinstance(info.value.__cause__, TypeError)

@@ -610,3 +610,13 @@ def test_detect_checks_the_shape_it_is_given_as_read_does(num_layers: Any, top_k
             call(payload, num_layers=num_layers, top_k=top_k)
         assert caught.value.field == field
     assert detect(payload, num_layers=2, top_k=2) == "sglang"
+
+
+@pytest.mark.parametrize("name", [name for name in FORMATS if name.startswith("fireworks")])
+def test_a_writers_dtype_error_names_the_format_asked_for(name: str) -> None:
+    # The fireworks-trace writer wraps the r3/v1 writer, whose dtype error named fireworks-r3v1 (review 10a).
+    pytest.importorskip("zstandard")
+    with pytest.raises(EncodeError) as info:
+        write(np.zeros((2, 2, 2), dtype=np.uint8), name, dtype="int32")
+    assert info.value.field == "dtype"
+    assert f"({name})" in str(info.value)

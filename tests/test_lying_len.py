@@ -45,9 +45,10 @@ def test_copy_list_and_own_len_read_what_is_held(claimed: int) -> None:
         assert copied == [1, 2, 3]
         assert own_len(value) == 3
     assert own_len(_lying(dict, claimed)({"a": 1})) == 1
-    assert copy_list(iter(range(3)), most=None) == [0, 1, 2]
-    assert copy_list(iter(range(10)), most=4) == [0, 1, 2, 3]
-    assert copy_list(itertools.count(), most=3) == [0, 1, 2]  # an endless iterable read only as far as asked
+    assert copy_list(iter(range(3)), most=None, field="x", expected="three") == [0, 1, 2]
+    assert copy_list(iter(range(10)), most=4, field="x", expected="ten") == [0, 1, 2, 3]
+    # An endless iterable read only as far as asked.
+    assert copy_list(itertools.count(), most=3, field="x", expected="numbers") == [0, 1, 2]
     with pytest.raises(TypeError, match="most="):
         copy_list(iter(range(3)))  # type: ignore[call-overload]  # the bound is required for an iterator
 

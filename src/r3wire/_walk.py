@@ -36,11 +36,11 @@ identity to ``seen``): that keeps the cost on a tree to one set lookup and one i
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence, Sized
 from typing import Any, Final, overload
 
 from r3wire._typeset import distinct_types, is_mapping
-from r3wire.errors import DecodeError
+from r3wire.errors import DecodeError, R3WireError, describe
 
 __all__ = ["EXIT", "SHARED_FACTOR", "SHARED_ITEMS_LIMIT", "Guard", "copy_list", "holds_any", "own_len"]
 
@@ -82,10 +82,20 @@ def holds_any(items: Sequence[object], kinds: tuple[type, ...]) -> bool:
 @overload
 def copy_list(value: list[Any] | tuple[Any, ...], *, most: int | None = None) -> list[Any]: ...
 @overload
-def copy_list(value: Iterable[Any], *, most: int | None) -> list[Any]: ...
-def copy_list(value: Iterable[Any], *, most: int | _Unbounded | None = _UNBOUNDED) -> list[Any]:
+def copy_list(
+    value: Iterable[Any], *, most: int | None, field: str | None, expected: str, error: type[R3WireError] = ...
+) -> list[Any]: ...
+def copy_list(
+    value: Iterable[Any],
+    *,
+    most: int | _Unbounded | None = _UNBOUNDED,
+    field: str | None = None,
+    expected: str = "",
+    error: type[R3WireError] = R3WireError,
+) -> list[Any]:
     """A new exact list of the items of ``value``: a list or tuple (a subclass too) read from its storage, as orjson
-    and NumPy read one; any other iterable (a caller's sequence, an array) by iterating it, up to ``most`` items.
+    and NumPy read one; any other iterable (a caller's sequence, an array) by iterating it, up to ``most`` items,
+    through :func:`caller_items` (``field``, ``expected`` and ``error`` name a refusal of its iteration).
 
     ``most`` must be given for anything but a list or tuple (the overloads make mypy hold every caller to it):
     ``range(10**12)`` is a sequence too, and an iterator may never end. A caller expecting at most n items passes
@@ -97,6 +107,7 @@ def copy_list(value: Iterable[Any], *, most: int | _Unbounded | None = _UNBOUNDE
     ``OverflowError``.
 
     Raises:
+        R3WireError (or ``error``): the iterable's own ``__iter__`` or ``__next__`` raised.
         TypeError: ``most`` not given for an input that is not a list or tuple (a bug in r3wire, never the
             caller's input: mypy refuses such a call).
     """
@@ -106,7 +117,35 @@ def copy_list(value: Iterable[Any], *, most: int | _Unbounded | None = _UNBOUNDE
         return list(tuple.__iter__(value))  # a tuple iterator's length hint is the tuple's own size
     if isinstance(most, _Unbounded):
         raise TypeError("copy_list of an iterable that is not a list or tuple needs most=")
-    return list(itertools.islice(value, most))  # islice has no length hint: the list grows as it is read
+    # islice has no length hint: the list grows as it is read.
+    return list(itertools.islice(caller_items(value, field, expected, error), most))
+
+
+def caller_items(
+    value: Iterable[Any], field: str | None, expected: str, error: type[R3WireError] = R3WireError
+) -> Iterator[Any]:
+    """The items of a caller's iterable, read one at a time (an endless one is read only as far as the consumer
+    goes). What its own ``__iter__`` or ``__next__`` raises, whatever the class, is refused as ``error`` at
+    ``field`` with ``expected``, the caller's exception chained: never leaked as a ``TypeError`` of r3wire's.
+    Exceptions of the consumer's own work on an item are not caught.
+
+    Raises:
+        R3WireError (or ``error``): the iterable's ``__iter__`` or ``__next__`` raised.
+    """
+    try:
+        iterator = iter(value)
+    except Exception as exc:  # the caller's own code: reported, not leaked
+        got = f"{type(value).__name__} whose __iter__ raised {describe(exc)}"
+        raise error.make(field, expected, got, raw=True) from exc
+    while True:
+        try:
+            item = next(iterator)
+        except StopIteration:
+            return
+        except Exception as exc:  # the caller's own code: reported, not leaked
+            got = f"{type(value).__name__} whose iteration raised {describe(exc)}"
+            raise error.make(field, expected, got, raw=True) from exc
+        yield item
 
 
 def own_len(value: Sized) -> int:

@@ -26,9 +26,9 @@ import functools
 import math
 import operator
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from itertools import pairwise
-from typing import TYPE_CHECKING, Any, Final, Literal, overload
+from typing import TYPE_CHECKING, Any, Final, Literal, cast, overload
 
 import numpy as np
 
@@ -45,7 +45,7 @@ from r3wire._validate import (
     optional_max_elements,
     plain_str,
 )
-from r3wire._walk import copy_list
+from r3wire._walk import caller_items, copy_list
 from r3wire.errors import R3WireError, describe
 from r3wire.routes import route_dtype
 
@@ -152,7 +152,11 @@ def _uniform(
         raise _fail(field, what, type(samples).__name__)
     # A Sequence, an array or a tensor with an axis: each iterates over its items; a list or tuple (a subclass
     # too) is read from its storage, as NumPy reads it (a subclass's own __iter__ may raise or differ).
-    items: Any = copy_list(samples) if isinstance(samples, (list, tuple)) else samples
+    items: Any = (
+        copy_list(samples)
+        if isinstance(samples, (list, tuple))
+        else caller_items(cast("Iterable[Any]", samples), field, what)
+    )
     arrays = [convert(sample, f"{field}[{i}]") for i, sample in enumerate(items)]
     first = next((i for i, arr in enumerate(arrays) if arr is not neutral), None)
     if first is None:
@@ -342,7 +346,8 @@ def _int_list(value: object, field: str, count: int, what: str) -> list[int]:
             raise _fail(field, f"{count} {'integer' if count == 1 else 'integers'} ({what})", value.shape[0])
         values: Sequence[object] = value.tolist()
     elif is_sequence(value) and not isinstance(value, (str, bytes)):
-        values = copy_list(value, most=count + 1)  # counted and read once: a caller's __len__ may lie
+        # Counted and read once: a caller's __len__ may lie.
+        values = copy_list(value, most=count + 1, field=field, expected=f"a sequence of integers, {what}")
     else:
         raise _fail(field, f"a sequence of integers, {what}", type(value).__name__)
     if len(values) != count:
@@ -460,7 +465,12 @@ def _replayed(value: object, rows: Sequence[int]) -> list[Array | None]:
         return [None] * len(rows)
     if not _is_sequence(value):
         raise _fail("replayed", "a sequence of per-sample row masks (bool arrays, or None)", type(value).__name__)
-    items = copy_list(value, most=len(rows) + 1)  # type: ignore[call-overload]  # a sequence, an array or a tensor
+    items = copy_list(  # type: ignore[call-overload]  # a sequence, an array or a tensor
+        value,
+        most=len(rows) + 1,
+        field="replayed",
+        expected="a sequence of per-sample row masks (bool arrays, or None)",
+    )
     if len(items) != len(rows):
         raise _fail("replayed", f"{len(rows)} row masks (one per sample)", _got(items, value, len(rows)))
     return [
@@ -1272,7 +1282,7 @@ def _as_tokens(value: object, field: str, *, limit: int | None = None, prefix: i
     """
     if prefix is not None and not isinstance(value, np.ndarray) and not is_tensor(value) and _is_sequence(value):
         items: Any = value  # a sequence (not text): read once, never sized by a caller's __len__
-        value = copy_list(items, most=prefix)[:prefix]
+        value = copy_list(items, most=prefix, field=field, expected="a 1-d sequence of integer token ids")[:prefix]
     arr = _from_caller(value, field)
     if arr.ndim == 1 and arr.size == 0:
         return np.empty(0, dtype=np.int64)  # [] arrives as float64
@@ -1348,7 +1358,10 @@ def _layer_picks(n_layers: int, layers: object) -> list[int] | None:
         if not _is_sequence(items):
             raise _fail("layers", "None, a slice or a sequence of layer indexes", describe(layers))
         assert isinstance(items, (Sequence, np.ndarray))  # a tensor was converted above
-        items = copy_list(items, most=n_layers + 1)  # read once, never sized by a caller's __len__
+        # Read once, never sized by a caller's __len__.
+        items = copy_list(
+            items, most=n_layers + 1, field="layers", expected="None, a slice or a sequence of layer indexes"
+        )
         if len(items) > n_layers:
             raise _fail("layers", f"at most {n_layers} distinct layer indexes", f"more than {n_layers} indexes")
         picked = []

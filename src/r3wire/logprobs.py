@@ -208,6 +208,11 @@ def _sequence_to_array(values: Sequence[object], field: str) -> np.ndarray[Any, 
     return np.array(values, dtype=np.float64)
 
 
+def _got_count(read: int, count: int) -> str:
+    """How many items a sequence yielded, read with ``most=count + 1``."""
+    return f"more than {count}" if read > count else f"{read}"
+
+
 def as_float_array(values: object, field: str = "values", *, half: bool = True) -> tuple[np.ndarray[Any, Any], bool]:
     """``values`` as a float16/32/64 NumPy array (float32/64 unless ``half``): arrays and tensors as they are,
     sequences as float64.
@@ -239,14 +244,34 @@ def as_float_array(values: object, field: str = "values", *, half: bool = True) 
     # A memoryview is a Sequence of its items (a bytes view reads as ints, a 2-d one cannot be iterated): like
     # bytes, it is no sequence of floats.
     if is_sequence(values) and not isinstance(values, (str, bytes, bytearray, memoryview)):
-        # range(10**12) is a Sequence: refused before it is iterated. A list or tuple subclass is read as what it
-        # holds, never by its __len__ (NumPy asks it, and one that lies or raises made NumPy's own errors).
-        count = own_len(values)
+        # range(10**12) is a Sequence: refused by its length before it is iterated. A list or tuple subclass is
+        # read as what it holds, never by its __len__ (NumPy asks it, and one that lies or raises made NumPy's own
+        # errors); another sequence is read through its own iteration, no further than one item past its length.
+        expected = f"at most {DEFAULT_MAX_ELEMENTS} values (the default element limit)"
+        try:
+            count = own_len(values)
+        except Exception as exc:  # the caller's own __len__: reported, not leaked
+            got = f"{type(values).__name__} whose __len__ raised {describe(exc)}"
+            raise EncodeError.make(field, expected, got, raw=True) from exc
         if count > DEFAULT_MAX_ELEMENTS:
-            raise EncodeError.make(
-                field, f"at most {DEFAULT_MAX_ELEMENTS} values (the default element limit)", f"{count} values", raw=True
+            raise EncodeError.make(field, expected, f"{count} values", raw=True)
+        if not isinstance(values, (list, tuple)):
+            items = copy_list(
+                values,
+                most=count + 1,
+                field=field,
+                expected=f"a sequence of {count} values (its len())",
+                error=EncodeError,
             )
-        if isinstance(values, (list, tuple)) and type(values) is not list and type(values) is not tuple:
+            if len(items) != count:
+                raise EncodeError.make(
+                    field,
+                    f"a sequence of {count} values (its len())",
+                    f"{_got_count(len(items), count)} values",
+                    raw=True,
+                )
+            values = items
+        elif type(values) is not list and type(values) is not tuple:
             values = copy_list(values)
         return _sequence_to_array(values, field), True
     raise EncodeError.make(

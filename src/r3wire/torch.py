@@ -251,7 +251,11 @@ def decode_array_tensor(
                 raise TypeError
             # Never sized by a caller's __len__, and an endless iterable read no further than one name past
             # the set: more names than that is no subset of it.
-            allowed = tuple(copy_list(dtypes, most=len(TORCH_DTYPES) + 1))
+            allowed = tuple(
+                copy_list(
+                    dtypes, most=len(TORCH_DTYPES) + 1, field="dtypes", expected=f"a collection of names ({expected})"
+                )
+            )
         except TypeError:
             raise R3WireError.make("dtypes", f"a dtype name or a collection of names ({expected})", dtypes) from None
         if len(allowed) > len(TORCH_DTYPES) and not isinstance(dtypes, (list, tuple)):

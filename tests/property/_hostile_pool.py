@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import array
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -30,6 +30,21 @@ class TERaisingLen(list[Any]):
 
 
 class TERaisingIter(list[Any]):
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError("__iter__")
+
+
+class TERaisingSequence(Sequence[Any]):
+    """A caller's own Sequence (not a list): its ``__iter__`` is the only way to read its items in order."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, index: Any) -> Any:
+        if index != 0:
+            raise IndexError(index)
+        return [[0, 1]]
+
     def __iter__(self) -> Iterator[Any]:
         raise TypeError("__iter__")
 
@@ -277,6 +292,7 @@ POOL: dict[str, Callable[[], Any]] = {
     # objects whose protocol methods raise or lie
     "TERaisingLen": lambda: TERaisingLen([[[0, 1]]]),
     "TERaisingIter": lambda: TERaisingIter([[[0, 1]]]),
+    "TERaisingSequence": TERaisingSequence,
     "TERaisingDict": lambda: TERaisingDict(a=1),
     "LyingLen": lambda: LyingLen([[[0, 1]]]),
     "NegLen": NegLen,

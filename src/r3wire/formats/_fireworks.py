@@ -352,11 +352,11 @@ def _scatter_matrices(
         raise DecodeError.make(f"matrix{first_bad}", f"an expert id below num_experts={num_experts}", high)
 
 
-def write_fireworks(routes: object, opts: WriteOptions) -> str:
+def write_fireworks(routes: object, opts: WriteOptions, *, format_name: str = "fireworks-r3v1") -> str:
     """Write an ``r3/v1`` payload: BITMAP when a ``mask`` is given (unmasked rows are not sent), SUFFIX when a
     ``start`` is given (``total_tokens`` defaults to ``start + rows``), ALL otherwise (no rows with a
     ``total_tokens``: ALL with nothing replayed, as read); uint8 if the ids (or ``num_experts - 1``) fit, else
-    uint16.
+    uint16. ``format_name``: the format the caller asked for, named in a dtype error.
 
     Raises:
         EncodeError: ids above 65535, counts beyond 32 bits, or inconsistent ``start``/``mask``/``total_tokens``.
@@ -366,7 +366,7 @@ def write_fireworks(routes: object, opts: WriteOptions) -> str:
     if opts.num_experts is not None and opts.dtype is None:
         high = max(high, opts.num_experts - 1)
     name = choose_dtype(
-        low, high, requested=opts.dtype, allowed=tuple(_CODE_OF), ladder=tuple(_CODE_OF), format_name="fireworks-r3v1"
+        low, high, requested=opts.dtype, allowed=tuple(_CODE_OF), ladder=tuple(_CODE_OF), format_name=format_name
     )
     rows = int(arr.shape[0])
     selector = b""

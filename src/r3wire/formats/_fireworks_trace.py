@@ -123,7 +123,7 @@ def write_fireworks_trace(routes: object, opts: WriteOptions) -> dict[str, Any]:
     """Write the trace API wrapper around :func:`write_fireworks`'s r3/v1 payload (same mode and dtype rules)."""
     return {
         KEY_MANIFEST: {KEY_PAYLOAD_VERSION: PAYLOAD_VERSION, KEY_COMPRESSION: COMPRESSION},
-        KEY_DATA: write_fireworks(routes, opts),
+        KEY_DATA: write_fireworks(routes, opts, format_name="fireworks-trace"),
     }
 
 
@@ -155,7 +155,9 @@ def read_fireworks_matrices(payload: object, opts: ReadOptions) -> ReadResult:
         # tell "more": range(10**12) is a sequence too, and iterating it whole was a bare MemoryError.
         limit = DEFAULT_MAX_ELEMENTS if opts.max_elements is None else opts.max_elements
         bound = limit // ((layers or 1) * (top_k or 1))
-        payload = copy_list(payload, most=bound + 1)
+        payload = copy_list(
+            payload, most=bound + 1, field=None, expected="a list of base64 matrices and nulls", error=DecodeError
+        )
         if len(payload) > bound:
             default = " (the default; pass a larger max_elements to raise it)" if limit == DEFAULT_MAX_ELEMENTS else ""
             raise DecodeError.make(
