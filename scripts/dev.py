@@ -241,7 +241,7 @@ def test(args: list[str]) -> int:
     steps = [
         [str(python), "-m", "ruff", "check", *lint_paths],
         [str(python), "-m", "ruff", "format", "--check", *lint_paths],
-        [str(python), "-m", "mypy", "--strict", "src", "tests", "scripts"],
+        [str(python), "-m", "mypy", "--strict", "src", "tests", "scripts", "benchmarks"],
         [str(python), "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", site_dir],
         [str(python), "-m", "pytest", *args],
     ]

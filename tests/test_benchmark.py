@@ -54,3 +54,40 @@ def test_scaling_benchmark_runs_and_writes_json_and_plot(tmp_path: Path) -> None
     assert has_iter != any("iter_dumps" in note for note in result["notes"])  # a row, or a note saying why not
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "round trip, ns per id" in done.stdout
+
+
+# Every other benchmark script on tiny sizes: a crash in one (bench_formats.py met a list payload it took for
+# text) went unnoticed because none ran. A script may report a missed target on such sizes; it must not fail.
+_SMOKE = {
+    "bench_adapters.py": ["--tokens", "64", "--repeat", "1"],
+    "bench_batching.py": ["--batch", "2", "--rows", "64", "--repeat", "1"],
+    "bench_bitpack.py": ["--repeat", "1"],
+    "bench_formats.py": ["--tokens", "64", "--repeat", "1"],
+    "bench_logprobs.py": ["--n", "1000", "--repeats", "1"],
+    "bench_response.py": ["--repeat", "1", "--tiny", "100"],
+    "bench_walk.py": ["--tokens", "64", "--repeats", "1"],
+}
+
+
+def test_every_benchmark_script_has_a_smoke_run() -> None:
+    scripts = {path.name for path in SCRIPT.parent.glob("bench_*.py")} if SCRIPT.parent.exists() else set()
+    assert scripts <= {*_SMOKE, "bench_scaling.py"}
+
+
+@pytest.mark.skipif(not SCRIPT.exists(), reason="benchmarks/ is not part of this checkout")
+@pytest.mark.parametrize("name", sorted(_SMOKE))
+def test_benchmark_script_runs_on_tiny_sizes(name: str) -> None:
+    if name == "bench_adapters.py":
+        pytest.importorskip("torch")
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT.parent / name), *_SMOKE[name]],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode in (0, 1), done.stderr
+    assert done.stdout.strip()
+    if done.returncode:
+        assert "MISSES" in done.stdout or "NOT met" in done.stdout, done.stdout  # a target missed, said so

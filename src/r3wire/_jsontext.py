@@ -430,12 +430,16 @@ def _may_be_located(text: str | bytes | bytearray | memoryview, pos: int) -> boo
             return True
         data = text
     else:
-        try:
-            flat = np.frombuffer(text, np.uint8)
-        except (TypeError, ValueError, BufferError):
-            return True  # not one contiguous buffer: let the parse decide, as before
+        if isinstance(text, (bytes, bytearray)):
+            ascii_only = text.isascii()
+        else:
+            try:
+                view = np.frombuffer(text, np.uint8)
+            except (TypeError, ValueError, BufferError):
+                return True  # not one contiguous buffer: let the parse decide, as before
+            ascii_only = not view.size or int(np.max(view)) < 0x80
         data = text
-        if flat.size and int(flat.max()) >= 0x80:
+        if not ascii_only:
             try:
                 data = str(text, "utf-8")  # positions are orjson's character counts, not bytes
             except UnicodeDecodeError:
