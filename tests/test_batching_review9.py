@@ -231,7 +231,16 @@ def test_fireworks_rows_land_at_their_true_positions(form: str, masked: bool) ->
         sent[[2, 9]] = False  # rows the engine did not replay (zeros in the payload)
     result = _fireworks(truth[:13], form, sent if masked else None)
     assert result.start is None
-    trace.add_result(result, token_ids=_TRAJECTORY)  # 16 tokens: more than the call's; rows still from 0
+    if form == "fireworks-matrices":
+        # A matrices list says nothing of where it starts (review 11b: Fireworks also makes completion-only ones):
+        # with more tokens than its call's it is placed only where the caller says.
+        with pytest.raises(R3WireError) as caught:
+            trace.add_result(result, token_ids=_TRAJECTORY)
+        assert caught.value.field == "start"
+        assert trace.rows == 7
+        trace.add_result(result, token_ids=_TRAJECTORY, start=0)
+    else:
+        trace.add_result(result, token_ids=_TRAJECTORY)  # 16 tokens: more than the call's; rows still from 0
     routes, captured = trace.finalize()  # at the 16 recorded tokens
     assert captured == 13
     assert trace.conflicts == 0
@@ -264,9 +273,11 @@ def test_fireworks_rows_refused_where_the_tokens_cannot_hold_them(form: str) -> 
         assert "rows 0 .. 12" in str(caught.value)
     assert trace.rows == 0
     with pytest.raises(R3WireError) as caught:
-        trace.add_result(result, token_ids=_TRAJECTORY, start=2)  # not where the format puts row 0
+        trace.add_result(result, token_ids=_TRAJECTORY, start=2)  # not where the format puts row 0, or a gap
     assert caught.value.field == "start"
-    assert "None or 0" in str(caught.value)
+    # r3/v1 rows are token positions: any other start is refused; a matrices list goes where start says, so start=2
+    # on an empty trace leaves a gap.
+    assert ("None or 0" if form != "fireworks-matrices" else "without a gap") in str(caught.value)
     trace.add_result(result, token_ids=_TRAJECTORY[:13], start=0)  # exactly as many tokens as rows: accepted
     assert trace.rows == 13
 

@@ -28,8 +28,11 @@ VECTORS = Path(__file__).parent / "vectors"
 ENGINES: list[dict[str, Any]] = json.loads((VECTORS / "response-engines-v1.json").read_text(encoding="utf-8"))["cases"]
 # Token ids and logprobs that must agree (formats.md, "Beside the routes"): cases with results read to them, cases
 # with verdict "reject" raise DecodeError naming their field.
-ALIGNMENT: list[dict[str, Any]] = json.loads((VECTORS / "response-alignment-v1.json").read_text(encoding="utf-8"))[
-    "cases"
+# response-fireworks-v1.json is read the same way: routes a reader does not read are refused, never taken as none.
+ALIGNMENT: list[dict[str, Any]] = [
+    case
+    for name in ("response-alignment-v1.json", "response-fireworks-v1.json")
+    for case in json.loads((VECTORS / name).read_text(encoding="utf-8"))["cases"]
 ]
 READS = ENGINES + [c for c in ALIGNMENT if c.get("verdict") != "reject"]
 REJECTS = [c for c in ALIGNMENT if c.get("verdict") == "reject"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import base64
 import tracemalloc
 from typing import Any
 
@@ -586,3 +587,87 @@ def test_tensors_as_layers_replayed_and_samples() -> None:
     expected, expected_mask = pad_routes(batch, side="right", replayed=[np.array([True, False])] * 2)
     assert np.array_equal(padded, expected)
     assert np.array_equal(mask, expected_mask)
+
+
+def _matrix(rows: np.ndarray[Any, Any]) -> list[str]:
+    """One base64 matrix per row, as Fireworks' routing_matrices list carries them."""
+    return [base64.b64encode(row.tobytes()).decode() for row in rows]
+
+
+def test_a_completion_only_routing_matrices_list_is_refused_without_its_start_and_placed_with_it() -> None:
+    # Fireworks' completions without echo return one routing matrix per completion token; the SDK and the
+    # cookbook place entry j at position len(prompt) - 1 + j (review 11b). Placed from token 0 it sat on prompt
+    # tokens with no error.
+    prompt, completion = TOKENS[:5], TOKENS[5:8]
+    payload = _matrix(TRUTH[4:7])
+    body = {"choices": [{"index": 0, "token_ids": completion, "routing_matrices": payload}], "prompt_token_ids": prompt}
+    (result,) = formats.read_response(body, num_layers=LAYERS, top_k=TOP_K)
+    trace = RouteTrace(num_experts=EXPERTS)
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result)
+    assert caught.value.field == "start"
+    assert "3 entries with 8 token ids" in str(caught.value)
+    assert "start=len(prompt_token_ids) - 1" in str(caught.value)
+    assert trace.rows == 0
+    trace.add_result(one_matrices(TRUTH[:4]), start=0, token_ids=prompt)
+    trace.add_result(result, start=len(prompt) - 1)
+    routes, rows = trace.finalize()
+    assert rows == 7
+    assert np.array_equal(routes, TRUTH[:7])
+    assert trace.conflicts == 0
+
+
+def test_a_routing_matrices_list_from_token_0_still_holding_the_echo_entry_is_refused() -> None:
+    # With echo the API returns an entry for every token, the first one produced by no forward pass; Fireworks'
+    # SDK drops it. A list of as many entries as tokens is that untrimmed list (one token off), or nothing known.
+    trace = RouteTrace(num_experts=EXPERTS)
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(one_matrices(TRUTH[:5]), token_ids=TOKENS[:5])
+    assert caught.value.field == "start"
+    assert "routing_matrices[1:]" in str(caught.value)
+    trace.add_result(one_matrices(TRUTH[:4]), token_ids=TOKENS[:5])  # one entry per forwarded token: from 0
+    assert np.array_equal(trace.finalize()[0], TRUTH[:4])
+
+
+def one_matrices(rows: np.ndarray[Any, Any]) -> formats.ReadResult:
+    return formats.read(_matrix(rows), format="fireworks-matrices", num_layers=LAYERS, top_k=TOP_K)
+
+
+def test_an_empty_string_in_routing_matrices_is_a_token_without_routing() -> None:
+    # Fireworks' tools write "" for a position without routing (the cookbook pads a completion-only list with it).
+    payload = ["", *_matrix(TRUTH[1:3]), ""]
+    result = formats.read(payload, format="fireworks-matrices", num_layers=LAYERS, top_k=TOP_K)
+    assert result.mask is not None
+    assert result.mask.tolist() == [False, True, True, False]
+    assert np.array_equal(result.routes[1:3], TRUTH[1:3])
+    assert not result.routes[[0, 3]].any()
+    assert formats.detect(payload) == "fireworks-matrices"
+
+
+def test_fireworks_per_token_routing_inside_logprobs_is_refused_not_read_as_no_routes() -> None:
+    # Fireworks' completions API with include_routing_matrix=True puts a matrix in each logprobs.content entry;
+    # read_response found no routes there and returned [] (review 11b): a trainer would train without replay.
+    content = [
+        {"token": "a", "logprob": -0.1},
+        {"token": "b", "logprob": -0.2, "routing_matrix": _matrix(TRUTH[:1])[0]},
+    ]
+    body = {"choices": [{"index": 0, "text": "ab", "logprobs": {"content": content}}]}
+    with pytest.raises(r3wire.DecodeError) as caught:
+        formats.read_response(body, num_layers=LAYERS, top_k=TOP_K)
+    assert caught.value.field == "$.choices[0].logprobs.content[1].routing_matrix"
+    assert "fireworks-matrices" in str(caught.value)
+    del content[1]["routing_matrix"]
+    assert formats.read_response(body, num_layers=LAYERS, top_k=TOP_K) == []
+
+
+def test_a_dense_layer_of_zeros_is_named_in_the_distinct_ids_error() -> None:
+    # vLLM and SGLang zero their capture buffers: a dense layer arrives as a row of zeros, not -1 (review 11b).
+    routes = TRUTH[:4].copy()
+    routes[:, 0] = 0
+    with pytest.raises(R3WireError) as caught:
+        r3wire.validate_routes([routes], num_experts=EXPERTS)
+    assert "dense, non-MoE layer" in str(caught.value)
+    routes[0, 0] = [1, 1]
+    with pytest.raises(R3WireError) as caught:
+        r3wire.validate_routes([routes], num_experts=EXPERTS)
+    assert "dense" not in str(caught.value)

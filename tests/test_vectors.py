@@ -140,6 +140,7 @@ def test_vector_files_are_listed() -> None:
 
 KNOWN_VECTOR_FILES = [
     "arrays-v1.json",
+    "formats-fireworks-matrices-blanks-v1.json",
     "formats-fireworks-matrices-v1.json",
     "formats-fireworks-r3v1-v1.json",
     "formats-fireworks-trace-v1.json",
@@ -159,6 +160,7 @@ KNOWN_VECTOR_FILES = [
     "response-errors-v1.json",
     "response-errors-v2.json",
     "response-errors-v3.json",
+    "response-fireworks-v1.json",
     "response-prompt-ids-v1.json",
     "response-stated-start-v1.json",
     "routes-v1-packed.json",

@@ -320,9 +320,17 @@ def _check_distinct(arr: Array, field: str, *, rows: Array | None = None) -> Non
     repeated = (ordered[..., 1:] == ordered[..., :-1]).any(axis=-1)
     if repeated.any():
         row, layer = (int(i) for i in np.argwhere(repeated)[0])
+        expected = "distinct expert ids within a row"
+        if not arr[row, layer].any():
+            # vLLM and SGLang zero their capture buffers each step and write only the MoE layers: a dense layer
+            # arrives as a row of zeros (vllm capturer.py @3063051e, sglang state_capturer/base.py @0564b521).
+            expected += (
+                " (a row of zeros is how vLLM and SGLang send a dense, non-MoE layer: select the MoE layers, "
+                "routes[:, moe_layers] or RouteTrace.add_result(layers=))"
+            )
         raise _fail(
             f"{field}[row {row if rows is None else int(rows[row])}, layer {layer}]",
-            "distinct expert ids within a row",
+            expected,
             describe(arr[row, layer].tolist()),
         )
 
@@ -1470,6 +1478,44 @@ def _result_tokens(result: ReadResult, token_ids: object, limit: int) -> Array:
 _DELTA_FORMATS: Final = frozenset({"prime-rl", "prime-rl-b85"})
 
 
+_PER_TOKEN_MATRICES: Final = "fireworks-matrices"
+
+
+def _matrices_start(rows: int, count: int) -> int:
+    """Where a ``fireworks-matrices`` list given without ``start`` begins: token 0, when it has an entry for each
+    token of the call that was forwarded (``count - 1``).
+
+    Fireworks' tools make such a list for training with one entry per input position, from token 0
+    (fw-ai/cookbook ``training/utils/rl/router_replay.py``, ``build_r3_routing_matrices``, @0ae69ef4), but the
+    completions API without ``echo`` returns one entry per completion token, whose rows start at the prompt's
+    last token (fw-ai-external/python-sdk ``src/fireworks/training/sdk/deployment.py``,
+    ``_extract_routing_matrices``, @04f221ac). Any other length is refused: placing it from 0 would replay each
+    completion row at a prompt token.
+
+    Raises:
+        R3WireError: ``rows`` is not ``count - 1``; the message names each reading and its ``start``.
+    """
+    if rows == count - 1 or rows > count:
+        return 0  # more rows than tokens: the tokens are what is short, refused as such wherever the rows start
+    if rows == count:
+        reading = (
+            "an echo list still holding the entry of the first token, which no forward pass produced: drop it, "
+            "routing_matrices[1:], as Fireworks' SDK does"
+        )
+    else:
+        reading = (
+            "a completion-only list (Fireworks' completions without echo: one entry per completion token) starts at "
+            "start=len(prompt_token_ids) - 1; a list from token 0 given with more tokens than its call's: start=0"
+        )
+    raise _fail(
+        "start",
+        f"given for a {_PER_TOKEN_MATRICES} list of {rows} entries with {count} token ids (a list of per-token "
+        f"matrices carries no start; without one it is placed from token 0 only when it has an entry for each "
+        f"forwarded token, len(token_ids) - 1 = {max(count - 1, 0)}; {reading})",
+        "None",
+    )
+
+
 def _check_span(count: int, total: int | None, first: int, rows: int, source: str, *, to_the_end: bool) -> None:
     """Refuse a call's ``count`` token ids that cannot hold the rows a result places at ``first`` (``source`` says
     why there), or the ``total`` tokens its payload declares (``result.total_tokens``); with ``to_the_end`` (a
@@ -1519,7 +1565,7 @@ def _replayed_rows(routes: Array, mask: object, missing_id: int) -> Array | None
         raise _fail(
             _where("routes", (row, layer, slot)),
             "an expert id, or -1 in every slot of every layer of the row (a row is replayed whole or not at all; "
-            "select the layers to replay with layers=, e.g. to drop dense layers written as -1)",
+            "select the layers to replay with layers=, e.g. to drop dense layers)",
             missing_id,
         )
     sent: Array = ~whole if keep is None else keep & ~whole
@@ -1876,13 +1922,17 @@ class RouteTrace:
         Wiring its fields into :meth:`add` by hand is where rows get misaligned; this takes from it:
 
         - the routes: ``result.routes``, only the ``layers`` selected when given (``slice(3, None)`` drops the
-          three dense layers a DeepSeek-V3 payload may carry as -1 rows);
+          three dense layers of a DeepSeek-V3 payload, which vLLM and SGLang write as rows of zeros);
         - where they start: ``result.start`` (prime-rl's sidecar, a Fireworks SUFFIX payload's
           ``replay_start_token``); for a format whose rows are token positions from 0 by definition (Fireworks
-          r3/v1 ALL and BITMAP, ``fireworks-trace`` of them, ``fireworks-matrices``), row ``i`` is token ``i``
-          whatever ``token_ids`` are given (the whole trajectory so far is fine: the rows still go from 0, and a
-          ``start`` other than 0 is refused); else ``start`` (rows that cover every token of the call, a prefill
-          node's, need ``start=0``), else from the end as :meth:`add` places them. Where the rows' place is known
+          r3/v1 ALL and BITMAP, ``fireworks-trace`` of them), row ``i`` is token ``i`` whatever ``token_ids``
+          are given (the whole trajectory so far is fine: the rows still go from 0, and a ``start`` other than 0
+          is refused); a ``fireworks-matrices`` list, which does not say where it starts, from ``start`` (a
+          completion-only list, Fireworks' completions without echo, starts at ``len(prompt) - 1``), or without
+          one from token 0 only when it has an entry for each forwarded token of the call
+          (``len(token_ids) - 1``: any other length is refused, naming the readings); else ``start`` (rows that
+          cover every token of the call, a prefill node's, need ``start=0``), else from the end as :meth:`add`
+          places them. Where the rows' place is known
           (those formats, or ``result.start``), the call's tokens must hold them, and ``result.total_tokens``
           when the payload declares it (Fireworks ``total_token_count``): fewer is refused naming
           ``token_ids``, never placed elsewhere. A prime-rl delta's rows run by definition from its start to the
@@ -1933,10 +1983,15 @@ class RouteTrace:
             source = f"the response's own start, result.start={placed}"
         elif result.format in ROWS_FROM_ZERO:
             placed, source = 0, f"{result.format} rows are token positions from 0: row i is token i"
+        # A list of per-token matrices says nothing of where it starts: Fireworks' own tools make it from token 0
+        # or for the completion only (see _matrices_start).
+        matrices = result.start is None and result.format == _PER_TOKEN_MATRICES
         if start is not None:
             start = check_int(start, "start", minimum=0, maximum=MAX_DIM, error=R3WireError)
             if placed is not None and start != placed:
                 raise _fail("start", f"None or {placed} ({source})", start)
+            if matrices:
+                placed, source = start, f"the start given, start={start}"
         n_rows, n_layers, top_k = result.routes.shape  # a 3-d integer array: checked by ReadResult
         picked = _layer_picks(n_layers, layers)
         # Sizes before contents: the call's ids and tokens are held to this trace's bound before any is read,
@@ -1948,6 +2003,9 @@ class RouteTrace:
         if picked is not None:
             routes = routes[:, picked]
         tokens = _result_tokens(result, token_ids, self._max_elements)
+        if matrices and placed is None:
+            placed = _matrices_start(n_rows, tokens.shape[0])
+            source = f"{_PER_TOKEN_MATRICES} with one entry per forwarded token of the call: row i is token i"
         if placed is not None:
             delta = result.start is not None and result.format in _DELTA_FORMATS
             _check_span(tokens.shape[0], result.total_tokens, placed, n_rows, source, to_the_end=delta)

@@ -246,8 +246,9 @@ export const readJsonLists = finish(function readJsonLists(input, options = {}) 
 });
 
 /**
- * Fireworks per-token matrices (rLLM / tinker `routing_matrices`): per token, null (not replayed) or the standard
- * base64 of its little-endian [layers, top_k] uint8 or uint16 matrix. Null rows are zero and false in `mask`.
+ * Fireworks per-token matrices (rLLM / tinker `routing_matrices`): per token, null or "" (not replayed) or the
+ * standard base64 of its little-endian [layers, top_k] uint8 or uint16 matrix. Those rows are zero and false in
+ * `mask`.
  */
 export const readFireworksMatrices = finish(function readFireworksMatrices(input, options = {}) {
   const { numLayers = null, topK = null } = options;
@@ -259,8 +260,9 @@ export const readFireworksMatrices = finish(function readFireworksMatrices(input
   checkLimit(shape, options.maxElements);
   // Every entry's type and length first (the length less the '=' among its last two characters), then decoding.
   let dtype = null;
+  const absent = (entry) => entry === null || entry === "";
   payload.forEach((entry, i) => {
-    if (entry === null) return;
+    if (absent(entry)) return;
     if (typeof entry !== "string") reject(`[${i}]`, "a base64 string or null", entry);
     if (charCount(entry) % 4 !== 0) reject(`[${i}]`, "base64 of a length divisible by 4", charCount(entry));
     const nbytes = BigInt((charCount(entry) / 4) * 3 - [...entry.slice(-2)].filter((ch) => ch === "=").length);
@@ -272,7 +274,7 @@ export const readFireworksMatrices = finish(function readFireworksMatrices(input
     dtype = width;
   });
   const matrices = payload.map((entry, i) =>
-    entry === null ? null : decodeBase64(entry, Number(perMatrix) * DTYPE_SIZES[dtype], `[${i}]`),
+    absent(entry) ? null : decodeBase64(entry, Number(perMatrix) * DTYPE_SIZES[dtype], `[${i}]`),
   );
   // Without any matrix there is no width to read: uint8, the narrower one.
   dtype ??= "uint8";

@@ -200,6 +200,21 @@ function keyStep(key, exact = false) {
   return IDENTIFIER.test(key) ? `.${key}` : `[${JSON.stringify(key)}]`;
 }
 
+/**
+ * Fireworks' per-token `logprobs.content[j].routing_matrix` is not read (formats.md, "Where"): where its rows start
+ * depends on `echo`, which the body does not say. Refused at the first entry carrying one, never read as no routes.
+ */
+function refuseTokenRouting(logprobs, parts) {
+  if (!isPlainObject(logprobs) || !Array.isArray(logprobs.content)) return;
+  const at = logprobs.content.findIndex((entry) => isPlainObject(entry) && Object.hasOwn(entry, "routing_matrix"));
+  if (at < 0) return;
+  throw new DecodeError(
+    jsonPath([...parts, "content", at, "routing_matrix"]),
+    "absent (Fireworks' per-token routing_matrix: read them as fireworks-matrices, placed by echo)",
+    "a routing matrix",
+  );
+}
+
 /** The JSONPath of `parts` (keys and list indices); in an error a path over 32 parts keeps its first and last 16. */
 function jsonPath(parts, exact = false) {
   let shown = parts;
@@ -523,6 +538,7 @@ export function readResponse(input, options = {}) {
     }
     for (const key of Object.keys(node)) {
       const child = [...parts, key];
+      if (key === "logprobs") refuseTokenRouting(node[key], child);
       if (ROUTE_KEYS.has(key)) {
         if (node[key] !== null) read(node[key], child, key, node, here, herePaths, outer);
       } else if (!NOT_SEARCHED.has(key)) {

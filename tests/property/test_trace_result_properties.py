@@ -114,13 +114,19 @@ def test_a_trajectory_from_bodies_replays_each_rows_own_routing(
     assert np.array_equal(flat[:length][~packed_mask[:length]], truth[replayed])
 
 
-# Fireworks payloads carry no token ids and no start where their rows are token positions from 0 (r3/v1 ALL and
-# BITMAP, the per-token matrices): the rows go there whatever token_ids the caller gives (review 9a, 3).
+# Fireworks payloads carry no token ids and no start. Where their rows are token positions from 0 (r3/v1 ALL and
+# BITMAP) the rows go there whatever token_ids the caller gives (review 9a, 3). A per-token matrices list says
+# nothing of where it starts (Fireworks makes it from token 0 or for the completion only, review 11b): without
+# start=, it is placed from token 0 only when it has an entry for each forwarded token of the call.
 FIREWORKS = ("fireworks-matrices", *(("fireworks-r3v1", "fireworks-trace") if find_spec("zstandard") else ()))
 
 
+def _state(trace: RouteTrace) -> tuple[object, ...]:
+    return (trace.rows, None if trace.token_ids is None else trace.token_ids.tolist(), trace.conflicts)
+
+
 @_TRAJECTORIES
-def test_fireworks_rows_land_at_their_tokens_whatever_tokens_are_given(
+def test_fireworks_rows_land_at_their_tokens_or_are_refused(
     layers: int, top_k: int, length: int, seed: int, data: st.DataObject
 ) -> None:
     tokens, truth, trace, replayed = _trajectory(layers, top_k, length, seed)
@@ -140,21 +146,24 @@ def test_fireworks_rows_land_at_their_tokens_whatever_tokens_are_given(
         payload = formats.write(rows, format=form, mask=sent if masked else None)
         result = formats.read(payload, format=form, num_layers=layers, top_k=top_k)
         assert result.start is None
-        # Any token count: fewer than the rows is refused (the trace unchanged), more (the whole trajectory so
-        # far, or all of it) still puts row i at token i.
+        # Any token count: fewer than the rows is refused (the trace unchanged). More (the whole trajectory so
+        # far, or all of it) puts row i at token i: always for r3/v1, and for a matrices list with start=0.
         given_count = data.draw(st.integers(0, length), label="tokens given")
-        if given_count < end - 1:
-            before = (trace.rows, None if trace.token_ids is None else trace.token_ids.tolist(), trace.conflicts)
+        explicit = data.draw(st.booleans(), label="start=0")
+        matrices_refused = form == "fireworks-matrices" and not explicit and given_count != end
+        if given_count < end - 1 or matrices_refused:
+            before = _state(trace)
+            start = 0 if explicit else None
             with pytest.raises(R3WireError) as caught:
-                trace.add_result(result, token_ids=tokens[:given_count])
-            assert caught.value.field == "token_ids"
-            after = (trace.rows, None if trace.token_ids is None else trace.token_ids.tolist(), trace.conflicts)
-            assert after == before
-            given_count = data.draw(st.integers(end - 1, length), label="tokens given")
-        if data.draw(st.booleans(), label="start=0"):
-            trace.add_result(result, token_ids=tokens[:given_count], start=0)
-        else:
-            trace.add_result(result, token_ids=tokens[:given_count])
+                trace.add_result(result, token_ids=tokens[:given_count], start=start)
+            assert caught.value.field == ("token_ids" if given_count < end - 1 else "start")
+            assert _state(trace) == before
+            given_count = (
+                end
+                if form == "fireworks-matrices" and not explicit
+                else data.draw(st.integers(end - 1, length), label="tokens given")
+            )
+        trace.add_result(result, token_ids=tokens[:given_count], start=0 if explicit else None)
         replayed[: end - 1] |= sent if masked else True
     routes, captured = trace.finalize(length)
     assert captured == length - 1
@@ -163,3 +172,38 @@ def test_fireworks_rows_land_at_their_tokens_whatever_tokens_are_given(
     assert recorded_tokens is not None
     assert recorded_tokens.tolist() == tokens[: len(recorded_tokens)]
     assert np.array_equal(routes[replayed], truth[replayed])
+
+
+@_TRAJECTORIES
+def test_a_completion_only_matrices_list_lands_at_the_prompts_last_token(
+    layers: int, top_k: int, length: int, seed: int, data: st.DataObject
+) -> None:
+    # Fireworks' completions without echo return one routing matrix per completion token: the routing of the
+    # forward pass that sampled it, which ran at the token before. Its rows start at len(prompt) - 1 (review 11b).
+    tokens, truth, trace, _ = _trajectory(layers, top_k, length, seed)
+    prompt = data.draw(st.integers(1, length - 1), label="prompt tokens")
+    completion = truth[prompt - 1 : length - 1]  # one entry per completion token
+    payload = formats.write(completion, format="fireworks-matrices")
+    result = formats.read(payload, format="fireworks-matrices", num_layers=layers, top_k=top_k)
+    if prompt > 1:  # from token 0 the rows would sit on prompt tokens: refused, naming the start to pass
+        with pytest.raises(R3WireError) as caught:
+            trace.add_result(result, token_ids=tokens)
+        assert caught.value.field == "start"
+        assert "start=len(prompt_token_ids) - 1" in str(caught.value)
+        assert trace.rows == 0
+        trace.add_result(_head(truth, prompt - 1, layers, top_k), start=0, token_ids=tokens[:prompt])
+    trace.add_result(result, start=prompt - 1, token_ids=tokens)
+    routes, captured = trace.finalize()
+    assert captured == length - 1
+    assert trace.conflicts == 0
+    assert np.array_equal(routes, truth[: length - 1])
+
+
+def _head(truth: np.ndarray[Any, Any], rows: int, layers: int, top_k: int) -> formats.ReadResult:
+    """The prompt's rows as a matrices list from token 0."""
+    return formats.read(
+        formats.write(truth[:rows], format="fireworks-matrices"),
+        format="fireworks-matrices",
+        num_layers=layers,
+        top_k=top_k,
+    )

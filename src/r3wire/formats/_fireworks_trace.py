@@ -127,9 +127,19 @@ def write_fireworks_trace(routes: object, opts: WriteOptions) -> dict[str, Any]:
     }
 
 
+def _no_matrix(entry: object) -> bool:
+    """Whether a ``routing_matrices`` entry marks a token without routing: ``null``, or the empty string
+    Fireworks' own tools write there (fw-ai/cookbook ``training/utils/rl/router_replay.py`` @0ae69ef4 pads a
+    completion-only list with ``""``; fw-ai-external/python-sdk ``deployment.py`` @04f221ac reads a token without
+    ``routing_matrix`` as ``""``). No matrix is empty, so ``""`` cannot be one."""
+    return entry is None or (isinstance(entry, (str, bytes)) and not len(entry))
+
+
 def read_fireworks_matrices(payload: object, opts: ReadOptions) -> ReadResult:
-    """Read the per-token ``routing_matrices`` list: one base64 ``[num_layers, top_k]`` matrix or ``null`` per
-    token. Rows of ``null`` tokens are zero and false in ``mask``; ``mask`` is ``None`` when every token has one.
+    """Read the per-token ``routing_matrices`` list: one base64 ``[num_layers, top_k]`` matrix, or ``null`` (or
+    ``""``, Fireworks' tools' "no routing here") per token. Rows of such tokens are zero and false in ``mask``;
+    ``mask`` is ``None`` when every token has one. The list does not say where it starts (see
+    :meth:`r3wire.RouteTrace.add_result`).
 
     The element type follows from each matrix's length (``num_layers * top_k`` bytes: uint8, twice that:
     uint16) and must be the same for every token.
@@ -171,7 +181,7 @@ def read_fireworks_matrices(payload: object, opts: ReadOptions) -> ReadResult:
     check_element_count(check_shape((tokens, layers, top_k), "shape", ndim=3), opts.max_elements)
     itemsize = 0
     for i, entry in enumerate(payload):
-        if entry is None:
+        if _no_matrix(entry):
             continue
         if not isinstance(entry, (str, bytes)):
             raise DecodeError.make(f"[{i}]", "a base64 string or null", entry)
@@ -192,7 +202,7 @@ def read_fireworks_matrices(payload: object, opts: ReadOptions) -> ReadResult:
     mask = np.zeros(tokens, dtype=bool)
     flat = routes.reshape(tokens, layers * top_k)
     for i, entry in enumerate(payload):
-        if entry is not None:
+        if not _no_matrix(entry):
             raw = b64decode_strict(entry, layers * top_k * itemsize, field=f"[{i}]")
             flat[i] = np.frombuffer(raw, dtype=dtype)
             mask[i] = True

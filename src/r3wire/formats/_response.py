@@ -184,6 +184,8 @@ def find_routes(root: object, guard: Guard | None = None) -> Iterator[Found]:
             inner = (context, node, link)
             children: list[_Item] = []
             for child_key, item in member_items(node):
+                if child_key == KEY_LOGPROBS:
+                    _refuse_token_routing(item, (link, child_key))
                 if child_key in ROUTES_FIELDS:
                     if item is not None:  # vLLM sends null when capture is off
                         children.append((True, item, (link, child_key), child_key, inner, outer))
@@ -208,6 +210,39 @@ def find_routes(root: object, guard: Guard | None = None) -> Iterator[Found]:
         else:
             continue
         stack.extend(reversed(children))
+
+
+# Fireworks' completions API with include_routing_matrix=True: one base64 matrix in each logprobs.content entry.
+KEY_TOKEN_ROUTING: Final = "routing_matrix"
+
+
+def _refuse_token_routing(logprobs: object, link: _Link) -> None:
+    """Refuse routes r3wire does not read, which a body would otherwise seem to hold none of: Fireworks'
+    per-token ``logprobs.content[j].routing_matrix`` (fw-ai-external/python-sdk
+    ``src/fireworks/training/sdk/deployment.py``, ``_extract_routing_matrices``, @04f221ac). Where their rows
+    start depends on ``echo``, which the body does not state: without it the entries are the completion's (rows
+    from the prompt's last token), with it every token's, the first produced by no forward pass.
+
+    Raises:
+        DecodeError: an entry carries ``routing_matrix``; the field is its path.
+    """
+    if not is_mapping(logprobs):
+        return
+    content = member(logprobs, KEY_CONTENT)
+    if type(content) is not list:
+        return
+    at = next((i for i, entry in enumerate(content) if type(entry) is dict and KEY_TOKEN_ROUTING in entry), None)
+    if at is None:
+        return
+    raise DecodeError.make(
+        _path((*_parts(((link, KEY_CONTENT), at)), KEY_TOKEN_ROUTING)),
+        "absent: r3wire does not read Fireworks' per-token routing_matrix, whose first row's token depends on "
+        "echo; read [entry.get('routing_matrix') for entry in content] with formats.read(..., "
+        "'fireworks-matrices') and place it with RouteTrace.add_result: without echo start=len(prompt) - 1, "
+        "with echo drop the first entry (Fireworks' SDK does both)",
+        "a routing matrix",
+        raw=True,
+    )
 
 
 def routes_identity(found: Found) -> tuple[int, int]:
