@@ -5,6 +5,7 @@ order shared by the envelope and the frame."""
 from __future__ import annotations
 
 import struct
+import tracemalloc
 from typing import Any
 
 import numpy as np
@@ -267,3 +268,20 @@ def test_formats_refuse_routes_without_a_layer_or_a_slot(payload: str) -> None:
     with pytest.raises(DecodeError, match=r"must be an integer in 1\.\.") as info:
         r3wire.formats.read(payload)
     assert info.value.field in {"shape[1]", "shape[2]"}
+
+
+def test_one_long_string_among_many_ids_is_refused_without_a_string_per_id() -> None:
+    # np.asarray of lists holding one string makes every element a string as wide as it: 100k ids with one
+    # 1000-character string would be 400 MB (review 11a measured 3 GB at 786k ids). Refused before, in bounded
+    # memory, naming the string's place.
+    sample = np.tile(np.arange(8, dtype=np.uint8), (1000, 12, 1)).tolist()
+    sample[-1][-1][-1] = "x" * 1000
+    tracemalloc.start()
+    try:
+        with pytest.raises(r3wire.R3WireError) as info:
+            r3wire.validate_routes([sample], num_experts=128)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.field == "samples[0][999, 11, 7]"
+    assert peak < 8 * 1024 * 1024

@@ -84,6 +84,8 @@ def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[A
         raise error.make(
             field, _UNMASKED, "a sequence holding a numpy.ma.MaskedArray", raw=True,
         )  # fmt: skip
+    if isinstance(obj, (list, tuple)):
+        _refuse_text_leaf(obj, field, error)
     try:
         arr = np.asarray(obj)
     # MemoryError: range(10**12); RuntimeError: a torch tensor inside a list that .numpy() refuses (requires grad).
@@ -99,6 +101,48 @@ def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[A
     if arr.size and is_sequence(obj):
         _check_converted(obj, arr, field, error)
     return arr
+
+
+_TEXT: Final = (str, bytes)
+
+
+def _refuse_text_leaf(obj: list[Any] | tuple[Any, ...], field: str, error: type[R3WireError]) -> None:
+    """Refuse nested lists holding a string (or bytes) before NumPy converts them.
+
+    NumPy makes every element of such lists a fixed-width string as long as the longest one: 786k ids with one
+    1000-character string took 3 GB and 10 s before the dtype was refused (review 11a). The types are read a level
+    at a time in C, and the first string's place from the levels' lengths. Lists of anything but plain lists,
+    tuples and scalars (arrays, subclasses) are left to NumPy and the checks after it.
+
+    Raises:
+        EncodeError (or ``error``): a string or bytes among the values; the field names its place.
+    """
+    levels: list[list[Any]] = [[obj]]
+    while levels[-1]:
+        level = levels[-1]
+        try:
+            kinds = set(map(type, level))
+        except TypeError:  # an unhashable class (see r3wire._typeset): NumPy and the later checks decide
+            return
+        text = {kind for kind in kinds if issubclass(kind, _TEXT)}
+        if text:
+            at = next(i for i, kind in enumerate(map(type, level)) if kind in text)
+            where = _place(levels, at)
+            raise error.make(f"{field}{where}", "a number (nested lists of numbers)", describe(level[at]), raw=True)
+        if not kinds <= _PLAIN_SEQUENCES:
+            return
+        levels.append(list(itertools.chain.from_iterable(level)))
+
+
+def _place(levels: list[list[Any]], at: int) -> list[int]:
+    """The index path of item ``at`` of the last of ``levels`` (each the items of the one before, flattened)."""
+    where: list[int] = []
+    for parents in reversed(levels[:-1]):
+        ends = np.cumsum(np.fromiter(map(len, parents), dtype=np.int64, count=len(parents)))
+        parent = int(np.searchsorted(ends, at, side="right"))
+        where.append(at - (int(ends[parent - 1]) if parent else 0))
+        at = parent
+    return where[::-1]
 
 
 def _check_converted(obj: Sequence[Any], arr: np.ndarray[Any, Any], field: str, error: type[R3WireError]) -> None:

@@ -81,3 +81,23 @@ def test_route_lists_are_refused_or_kept_exactly(values: list[Any]) -> None:
     except R3WireError:
         return
     assert _leaves(padded[0].tolist()) == _leaves(routes)
+
+
+@given(values=nested(), text=st.one_of(st.text(max_size=20), st.binary(max_size=20)), data=st.data())
+def test_a_string_among_the_numbers_is_refused_at_its_place(values: list[Any], text: str | bytes, data: Any) -> None:
+    # NumPy would make every element a string as wide as the longest (review 11a: 3 GB for one 1000-character
+    # string among 786k ids); it is refused before that conversion, at its place.
+    where: list[int] = []
+    node: Any = values
+    while isinstance(node, list):
+        i = data.draw(st.integers(0, len(node) - 1))
+        where.append(i)
+        if not isinstance(node[i], list):
+            node[i] = text
+            break
+        node = node[i]
+    for call, field in ((encode_array, "array"), (encode_routes, "routes"), (pad_routes, "samples[0]")):
+        with pytest.raises(R3WireError) as info:
+            call([values] if call is pad_routes else values)
+        assert info.value.field == f"{field}{where}"
+        assert "must be a number" in str(info.value)
