@@ -328,7 +328,7 @@ def _put_back(parsed: Any, nonce: str, tokens: list[str], root: str, text: Any) 
             values.append(None)
     if None in values:
         # A refusal: the first in text order, even one a repeated member name shadowed (gone from ``parsed``).
-        _raise_located(text, root)
+        _raise_located(text, root, too_long=True)
     if isinstance(parsed, str) and parsed.startswith(nonce):
         index = int(parsed[len(nonce) :])
         return _check(values[index], tokens[index], limit, root, [])
@@ -460,7 +460,7 @@ def _as_str(text: str | bytes | bytearray | memoryview) -> str:
         return bytes(text).decode("utf-8", "surrogateescape")
 
 
-def _stdlib_parse(data: str, limit: int, *, long_ints: bool, float_tokens: bool) -> Any:
+def _stdlib_parse(data: str, limit: int, *, long_ints: bool, float_tokens: bool, too_long: bool = False) -> Any:
     """``data`` parsed by the stdlib parser, objects as :class:`_Members`, or :data:`_INVALID` if it is not JSON.
 
     An integer token of more than ``limit`` digits becomes :class:`_TooLong`; the others are not faults, and
@@ -471,7 +471,8 @@ def _stdlib_parse(data: str, limit: int, *, long_ints: bool, float_tokens: bool)
     infinity.
     """
     get = getattr(sys, "get_int_max_str_digits", None)  # Python 3.10.7 and later
-    c_ints = not long_ints or (get is not None and get() == limit)
+    # too_long: an integer is known to be longer than the limit, so a parse with the C int would only fail first.
+    c_ints = not long_ints or (not too_long and get is not None and get() == limit)
     # No integer can be a fault when none is long: each is read as True, a value the walk passes over that costs
     # no memory (an int object per token is several times the text).
     doc = _parse_with(data, (int if long_ints else bool) if c_ints else _exact_int(limit), float_tokens)
@@ -515,7 +516,12 @@ def _number_at(data: str, pos: int | None) -> str | None:
 
 
 def _raise_located(
-    text: str | bytes | bytearray | memoryview, root: str, *, long_ints: bool = True, pos: int | None = None
+    text: str | bytes | bytearray | memoryview,
+    root: str,
+    *,
+    long_ints: bool = True,
+    pos: int | None = None,
+    too_long: bool = False,
 ) -> None:
     """After orjson refused ``text``: if the text is valid JSON (orjson's nesting limit included), raise the error
     for the first value in text order that orjson refuses or cannot hold but that has a place -- a string (value
@@ -525,7 +531,8 @@ def _raise_located(
 
     ``long_ints``: False when the text holds no integer token of 19 digits or more (:func:`_scan`), so none can
     be too long to convert. ``pos``: where orjson's error points, the first character of an out-of-range
-    number's token when that is the first fault of a UTF-8 text. Both only spare Python work per value.
+    number's token when that is the first fault of a UTF-8 text. ``too_long``: an integer token is known to have
+    more digits than the limit. All three only spare work.
 
     Raises:
         DecodeError: such a string or number, its field the path.
@@ -533,7 +540,7 @@ def _raise_located(
     from_bytes = not isinstance(text, str)
     data = _as_str(text)
     limit = digit_limit()
-    doc = _stdlib_parse(data, limit, long_ints=long_ints, float_tokens=False)
+    doc = _stdlib_parse(data, limit, long_ints=long_ints, float_tokens=False, too_long=too_long)
     if doc is _INVALID:
         return
     found = _first_fault(doc)
@@ -544,7 +551,7 @@ def _raise_located(
         if token is not None and not math.isfinite(float(token)):
             found = (found[0], _OutOfRange(token))
         else:
-            found = _first_fault(_stdlib_parse(data, limit, long_ints=long_ints, float_tokens=True))
+            found = _first_fault(_stdlib_parse(data, limit, long_ints=long_ints, float_tokens=True, too_long=too_long))
     if found is None:
         return
     parts, leaf = found
