@@ -429,7 +429,7 @@ def test_common_prefix_reads_no_token_past_the_recorded_ones(given: Any) -> None
 
 def test_common_prefix_still_checks_the_compared_tokens() -> None:
     trace = _three_tokens()
-    for bad, field in (([1, -2, 3], "token_ids[1]"), ([1, "x"], "token_ids"), ("123", "token_ids")):
+    for bad, field in (([1, -2, 3], "token_ids[1]"), ([1, "x"], "token_ids[1]"), ("123", "token_ids")):
         with pytest.raises(R3WireError) as caught:
             trace.common_prefix(bad)
         assert caught.value.field == field
