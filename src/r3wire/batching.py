@@ -1959,7 +1959,8 @@ class RouteTrace:
                 both tokens named); ``start`` is not an integer in ``0 .. 2**63-1`` or differs from ``result.start`` (0
                 for rows from token 0); the given ``token_ids`` are fewer than ``result.total_tokens`` or than the rows
                 where they are placed from ``result.start`` or token 0; a prime-rl delta's ``result.start + rows`` is
-                not ``len(token_ids) - 1``; ``layers`` is not a slice (of positive step) or a sequence (list, 1-d
+                not ``len(token_ids) - 1``; a ``fireworks-matrices`` result given without ``start`` has other than
+                ``len(token_ids) - 1`` rows; ``layers`` is not a slice (of positive step) or a sequence (list, 1-d
                 array or tensor) of layer indexes in increasing order selecting at least one layer; the selected
                 routes or the call's tokens exceed ``max_elements``; a row is partly -1 (row, layer and slot named);
                 the expert counts differ; or anything :meth:`add` raises. The trace is unchanged when this is raised.
