@@ -246,18 +246,13 @@ def decode_array_tensor(
     elif isinstance(dtypes, str):
         allowed = (dtypes,)
     else:
-        try:
-            if isinstance(dtypes, (bytes, bytearray, memoryview)):  # iterable, but as small ints
-                raise TypeError
-            # Never sized by a caller's __len__, and an endless iterable read no further than one name past
-            # the set: more names than that is no subset of it.
-            allowed = tuple(
-                copy_list(
-                    dtypes, most=len(TORCH_DTYPES) + 1, field="dtypes", expected=f"a collection of names ({expected})"
-                )
-            )
-        except TypeError:
-            raise R3WireError.make("dtypes", f"a dtype name or a collection of names ({expected})", dtypes) from None
+        names = f"a dtype name or a collection of names ({expected})"
+        if isinstance(dtypes, (bytes, bytearray, memoryview)) or not hasattr(type(dtypes), "__iter__"):
+            # bytes iterate as small ints; an int or a float is no collection at all.
+            raise R3WireError.make("dtypes", names, dtypes)
+        # Never sized by a caller's __len__, and an endless iterable read no further than one name past the set:
+        # more names than that is no subset of it. What the caller's own iteration raises is refused as dtypes.
+        allowed = tuple(copy_list(dtypes, most=len(TORCH_DTYPES) + 1, field="dtypes", expected=names))
         if len(allowed) > len(TORCH_DTYPES) and not isinstance(dtypes, (list, tuple)):
             # Read no further: what it holds past here would be dropped, never checked.
             n = len(TORCH_DTYPES)
