@@ -121,6 +121,12 @@ def copy_list(
     return list(itertools.islice(caller_items(value, field, expected, error), most))
 
 
+def read_count(items: Sized, count: int, *, whole: bool) -> str:
+    """How many ``items`` :func:`copy_list` read from a caller's sequence with ``most=count + 1``, for an error:
+    exact when the sequence was read ``whole`` or held no more than ``count``, else at least one too many."""
+    return f"{len(items)}" if whole or len(items) <= count else f"more than {count}"
+
+
 def caller_items(
     value: Iterable[Any], field: str | None, expected: str, error: type[R3WireError] = R3WireError
 ) -> Iterator[Any]:

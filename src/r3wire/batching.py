@@ -45,7 +45,7 @@ from r3wire._validate import (
     optional_max_elements,
     plain_str,
 )
-from r3wire._walk import caller_items, copy_list
+from r3wire._walk import caller_items, copy_list, read_count
 from r3wire.errors import R3WireError, describe
 from r3wire.routes import route_dtype
 
@@ -336,10 +336,8 @@ def _check_distinct(arr: Array, field: str, *, rows: Array | None = None) -> Non
 
 
 def _got(items: Sequence[object], value: object, count: int) -> str:
-    """How many ``items`` a caller's sequence holds, read by :func:`copy_list` with ``most=count + 1``: exact for a
-    list, tuple or array, else at least one too many."""
-    exact = len(items) <= count or isinstance(value, (list, tuple, np.ndarray))
-    return f"{len(items)}" if exact else f"more than {count}"
+    """How many ``items`` a caller's sequence holds (:func:`read_count`): exact for a list, tuple or array."""
+    return read_count(items, count, whole=isinstance(value, (list, tuple, np.ndarray)))
 
 
 def _int_list(value: object, field: str, count: int, what: str) -> list[int]:

@@ -26,7 +26,7 @@ from r3wire._arraylike import as_numpy
 from r3wire._envelope import build_envelope, decode_data, read_header, to_wire_bytes, wire_dtype_name
 from r3wire._typeset import distinct_types, is_mapping, is_sequence, types_within
 from r3wire._validate import DEFAULT_MAX_ELEMENTS, MAX_NDIM, check_int, load_object, optional_max_elements
-from r3wire._walk import copy_list, own_len
+from r3wire._walk import copy_list, own_len, read_count
 from r3wire.errors import DecodeError, EncodeError, R3WireError, describe
 from r3wire.schema import LOGPROB_DTYPES, LOGPROBS_SCHEMA
 
@@ -208,11 +208,6 @@ def _sequence_to_array(values: Sequence[object], field: str) -> np.ndarray[Any, 
     return np.array(values, dtype=np.float64)
 
 
-def _got_count(read: int, count: int) -> str:
-    """How many items a sequence yielded, read with ``most=count + 1``."""
-    return f"more than {count}" if read > count else f"{read}"
-
-
 def as_float_array(values: object, field: str = "values", *, half: bool = True) -> tuple[np.ndarray[Any, Any], bool]:
     """``values`` as a float16/32/64 NumPy array (float32/64 unless ``half``): arrays and tensors as they are,
     sequences as float64.
@@ -256,20 +251,11 @@ def as_float_array(values: object, field: str = "values", *, half: bool = True) 
         if count > DEFAULT_MAX_ELEMENTS:
             raise EncodeError.make(field, expected, f"{count} values", raw=True)
         if not isinstance(values, (list, tuple)):
-            items = copy_list(
-                values,
-                most=count + 1,
-                field=field,
-                expected=f"a sequence of {count} values (its len())",
-                error=EncodeError,
-            )
+            as_long = f"a sequence of {count} values (its len())"
+            items = copy_list(values, most=count + 1, field=field, expected=as_long, error=EncodeError)
             if len(items) != count:
-                raise EncodeError.make(
-                    field,
-                    f"a sequence of {count} values (its len())",
-                    f"{_got_count(len(items), count)} values",
-                    raw=True,
-                )
+                got = f"{read_count(items, count, whole=False)} values"
+                raise EncodeError.make(field, as_long, got, raw=True)
             values = items
         elif type(values) is not list and type(values) is not tuple:
             values = copy_list(values)
