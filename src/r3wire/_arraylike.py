@@ -84,8 +84,7 @@ def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[A
         raise error.make(
             field, _UNMASKED, "a sequence holding a numpy.ma.MaskedArray", raw=True,
         )  # fmt: skip
-    if isinstance(obj, (list, tuple)):
-        _refuse_text_leaf(obj, field, error)
+    leaves = _leaf_types(obj, field, error) if isinstance(obj, (list, tuple)) else None
     try:
         arr = np.asarray(obj)
     # MemoryError: range(10**12); RuntimeError: a torch tensor inside a list that .numpy() refuses (requires grad).
@@ -99,15 +98,19 @@ def _as_array(obj: object, field: str, error: type[R3WireError]) -> np.ndarray[A
             raw=True,
         ) from exc
     if arr.size and is_sequence(obj):
-        _check_converted(obj, arr, field, error)
+        # The scalar types the level walk found, when NumPy made an axis of each level above them.
+        types = leaves[0] if leaves is not None and leaves[1] == arr.ndim else None
+        _check_converted(obj, arr, field, error, types)
     return arr
 
 
 _TEXT: Final = (str, bytes)
 
 
-def _refuse_text_leaf(obj: list[Any] | tuple[Any, ...], field: str, error: type[R3WireError]) -> None:
-    """Refuse nested lists holding a string (or bytes) before NumPy converts them.
+def _leaf_types(obj: list[Any] | tuple[Any, ...], field: str, error: type[R3WireError]) -> tuple[set[type], int] | None:
+    """Refuse nested lists holding a string (or bytes) before NumPy converts them; return the types found below
+    the plain lists and tuples, and their depth (what :func:`_scalar_types` would read for that many axes), or
+    None where the walk stopped without them.
 
     NumPy makes every element of such lists a fixed-width string as long as the longest one: 786k ids with one
     1000-character string took 3 GB and 10 s before the dtype was refused (review 11a). The types are read a level
@@ -123,15 +126,16 @@ def _refuse_text_leaf(obj: list[Any] | tuple[Any, ...], field: str, error: type[
         try:
             kinds = set(map(type, level))
         except TypeError:  # an unhashable class (see r3wire._typeset): NumPy and the later checks decide
-            return
+            return None
         text = {kind for kind in kinds if issubclass(kind, _TEXT)}
         if text:
             at = next(i for i, kind in enumerate(map(type, level)) if kind in text)
             where = _place(levels, at)
             raise error.make(f"{field}{where}", "a number (nested lists of numbers)", describe(level[at]), raw=True)
         if not kinds <= _PLAIN_SEQUENCES:
-            return
+            return kinds, len(levels) - 1
         levels.append(list(itertools.chain.from_iterable(level)))
+    return None
 
 
 def _place(levels: list[list[Any]], at: int) -> list[int]:
@@ -145,8 +149,14 @@ def _place(levels: list[list[Any]], at: int) -> list[int]:
     return where[::-1]
 
 
-def _check_converted(obj: Sequence[Any], arr: np.ndarray[Any, Any], field: str, error: type[R3WireError]) -> None:
-    """Refuse a nested sequence whose values NumPy changed in ``arr``.
+def _check_converted(
+    obj: Sequence[Any],
+    arr: np.ndarray[Any, Any],
+    field: str,
+    error: type[R3WireError],
+    types: Collection[type] | None = None,
+) -> None:
+    """Refuse a nested sequence whose values NumPy changed in ``arr`` (``types``: its scalar types, if known).
 
     NumPy turns ints past int64 (``[-1, 2**64 - 1]``, even ``[3, 2**64 - 1]``) into float64, rounding them, or
     into objects, and ints beside floats into float64; a bool beside numbers becomes 0 or 1. The types of the
@@ -156,7 +166,8 @@ def _check_converted(obj: Sequence[Any], arr: np.ndarray[Any, Any], field: str, 
     kind = arr.dtype.kind
     if kind == "b":
         return  # bools only
-    types = _scalar_types(obj, arr.ndim)
+    if types is None:
+        types = _scalar_types(obj, arr.ndim)
     if any(issubclass(t, (bool, np.bool_)) for t in types):
         _refuse_bool(obj, field, error)
     holds_ints = any(issubclass(t, (int, np.integer)) for t in types)
