@@ -137,6 +137,35 @@ def test_start_comes_from_the_result_or_the_caller_not_both_disagreeing() -> Non
     assert np.array_equal(fresh.finalize()[0], TRUTH[:7])
 
 
+def test_a_start_given_for_an_engines_rows_must_end_them_where_the_engine_does() -> None:
+    # vLLM with routed_experts_prompt_start=2: the delta holds rows 2 .. 8 of a 10-token call.
+    first = one(vllm_chat(TOKENS[:2], TOKENS[2:3]))  # rows 0 .. 1
+    delta = one(vllm_chat(TOKENS[:4], TOKENS[4:10], rows=TRUTH[2:9]))
+    for wrong in (0, 1):  # "the rows start at 0", one too small
+        trace = RouteTrace(num_experts=EXPERTS)
+        trace.add_result(first)
+        with pytest.raises(R3WireError) as caught:
+            trace.add_result(delta, start=wrong)
+        assert caught.value.field == "start"
+        assert str(caught.value.expected).startswith("2 or 3 (start + rows must be len(token_ids) - 1")
+        assert "10 token ids, 7 rows" in str(caught.value.expected)
+        assert caught.value.got == str(wrong)
+        assert trace.rows == 2  # unchanged
+    for right in (None, 2):
+        trace = RouteTrace(num_experts=EXPERTS)
+        trace.add_result(first)
+        trace.add_result(delta, start=right)
+        assert np.array_equal(trace.finalize()[0], TRUTH[:9])
+        assert trace.conflicts == 0
+    # A node that forwarded every token it was given ends its rows at the call's last token.
+    prefill = one(sglang(TOKENS[:5], [], TRUTH[:5].astype(np.int32)), num_layers=LAYERS, top_k=TOP_K)
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(prefill, start=1)
+    assert caught.value.field == "start"
+    assert str(caught.value.expected).startswith("0 (start + rows")  # -1 is no start: only the prefill reading
+    RouteTrace().add_result(prefill, start=0)
+
+
 def test_rows_that_are_minus_one_throughout_are_not_replayed() -> None:
     routes = TRUTH[:7].astype(np.int16)
     routes[2] = -1

@@ -1543,6 +1543,26 @@ def _check_span(count: int, total: int | None, first: int, rows: int, source: st
         )
 
 
+def _check_given_start(count: int, start: int, rows: int) -> None:
+    """Refuse a ``start`` given for rows whose format carries none (vLLM, SGLang) that does not end them where an
+    engine's rows end: at the call's last forwarded token (``count - 1``), or at its last token for a node that
+    forwarded every token it was given (a prefill piece).
+
+    The body's ids fix the call's length, so a start that ends the rows anywhere else puts every row against
+    another token (``start=0`` on a delta, a start one off) and would show only as conflicts.
+    """
+    if start + rows in (count - 1, count):
+        return
+    ends = [str(end) for end in (count - 1 - rows, count - rows) if end >= 0]
+    raise _fail(
+        "start",
+        f"{' or '.join(ends)} (start + rows must be len(token_ids) - 1, the call's last forwarded token, or "
+        f"len(token_ids) for rows that cover every token, a prefill node's: {count} token ids, {rows} rows; "
+        "without start the rows are placed from the end of the call, where an engine's rows end)",
+        start,
+    )
+
+
 def _replayed_rows(routes: Array, mask: object, missing_id: int) -> Array | None:
     """The rows to replay: ``mask`` (None: all), less the rows that are ``missing_id`` throughout; a row that is
     ``missing_id`` in some replayed slots only raises."""
@@ -1929,9 +1949,11 @@ class RouteTrace:
           completion-only list, Fireworks' completions without echo, starts at ``len(prompt) - 1``), or without
           one from token 0 only when it has an entry for each forwarded token of the call
           (``len(token_ids) - 1``: any other length is refused, naming the readings); else ``start`` (rows that
-          cover every token of the call, a prefill node's, need ``start=0``), else from the end as :meth:`add`
-          places them. Where the rows' place is known
-          (those formats, or ``result.start``), the call's tokens must hold them, and ``result.total_tokens``
+          cover every token of the call, a prefill node's, need ``start=0``; the body's ids say where the rows
+          end, so a ``start`` that ends them elsewhere than ``len(token_ids) - 1`` or ``len(token_ids)`` is
+          refused, never stitched against other tokens), else from the end as :meth:`add` places them. Where
+          the rows' place is known (those formats, or ``result.start``), the call's tokens must hold them, and
+          ``result.total_tokens``
           when the payload declares it (Fireworks ``total_token_count``): fewer is refused naming
           ``token_ids``, never placed elsewhere. A prime-rl delta's rows run by definition from its start to the
           call's last forwarded token: ``result.start + rows`` must be ``len(token_ids) - 1``, or the start (or
@@ -1958,8 +1980,10 @@ class RouteTrace:
                 for rows from token 0); the given ``token_ids`` are fewer than ``result.total_tokens`` or than the rows
                 where they are placed from ``result.start`` or token 0; a prime-rl delta's ``result.start + rows`` is
                 not ``len(token_ids) - 1``; a ``fireworks-matrices`` result given without ``start`` has other than
-                ``len(token_ids) - 1`` rows; ``layers`` is not a slice (of positive step) or a sequence (list, 1-d
-                array or tensor) of layer indexes in increasing order selecting at least one layer; the selected
+                ``len(token_ids) - 1`` rows; a ``start`` given for rows whose format carries none (vLLM, SGLang)
+                does not put their end at ``len(token_ids) - 1`` or ``len(token_ids)``; ``layers`` is not a slice
+                (of positive step) or a sequence (list, 1-d array or tensor) of layer indexes in increasing order
+                selecting at least one layer; the selected
                 routes or the call's tokens exceed ``max_elements``; a row is partly -1 (row, layer and slot named);
                 the expert counts differ; or anything :meth:`add` raises. The trace is unchanged when this is raised.
         """
@@ -2008,6 +2032,8 @@ class RouteTrace:
         if placed is not None:
             delta = result.start is not None and result.format in _DELTA_FORMATS
             _check_span(tokens.shape[0], result.total_tokens, placed, n_rows, source, to_the_end=delta)
+        elif start is not None:
+            _check_given_start(tokens.shape[0], start, n_rows)
         try:
             keep = _replayed_rows(routes, result.mask, MISSING_ROUTE)
             self.add(

@@ -65,7 +65,8 @@ def test_given_token_ids_are_taken_iff_they_agree_with_every_carried_part(
         label="token_ids",
     )
     result = formats.ReadResult(
-        routes=np.zeros((1, 1, 1), dtype=np.uint8),  # one row at start 0: fits any call of one token or more
+        # Rows from start 0 to the given call's last forwarded token: where an engine's rows end.
+        routes=np.zeros((len(given_tokens) - 1, 1, 1), dtype=np.uint8),
         format="x",
         prompt_token_ids=None if prompt is None else np.array(prompt, dtype=np.int64),
         token_ids=None if completion is None else np.array(completion, dtype=np.int64),
@@ -95,6 +96,35 @@ def test_given_token_ids_are_taken_iff_they_agree_with_every_carried_part(
         assert completion is not None
         first = len(prompt) if prompt is not None else len(given_tokens) - len(completion)
         assert given_tokens[at] != completion[at - first]
+
+
+@given(n=st.integers(1, 12), rows=st.integers(0, 12), start=st.integers(0, 12), split=st.integers(0, 12))
+def test_a_start_given_for_rows_without_one_is_taken_iff_it_ends_them_where_an_engine_does(
+    n: int, rows: int, start: int, split: int
+) -> None:
+    # A call of n tokens (prompt + completion in the body) whose format carries no start, as vLLM's and SGLang's;
+    # the trace already holds rows 0 .. start - 1 (no gap), recorded with their tokens.
+    sequence = list(range(100, 100 + n))
+    split = min(split, n)
+    assume(start + rows <= n and start < n)  # rows that fit the call: anything else is refused as not fitting
+    result = formats.ReadResult(
+        routes=np.full((rows, 1, 1), 1, dtype=np.uint8),
+        format="x",
+        prompt_token_ids=np.array(sequence[:split], dtype=np.int64),
+        token_ids=np.array(sequence[split:], dtype=np.int64),
+    )
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add(np.full((start, 1, 1), 1, dtype=np.uint8), start=0, token_ids=sequence[: start + 1])
+    if start + rows in (n - 1, n):
+        trace.add_result(result, start=start)
+        assert trace.rows == max(start, start + rows)
+        return
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(result, start=start)
+    assert caught.value.field == "start"
+    assert caught.value.got == str(start)
+    assert f"{n} token ids, {rows} rows" in str(caught.value.expected)
+    assert trace.rows == start  # unchanged
 
 
 MA: Any = np.ma  # untyped in NumPy 1.24's stubs
