@@ -6,6 +6,7 @@ Each check raises the caller's error class with a message of one shape: ``<field
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import operator
 import re
@@ -420,11 +421,14 @@ _SCAN_BUDGET: Final = 1024
 
 
 def _repeated_member(text: str | bytes | bytearray, parsed: object) -> str | None:
-    """The first member name that appears twice in one object of ``text`` (valid JSON, parsed as ``parsed``).
+    """The first member name that appears twice in one object of ``text`` (valid JSON, parsed as ``parsed``), in
+    text order: the name whose second appearance comes first, as :func:`_scan` defines it.
 
-    A token scan finds it exactly; counting colons proves there is none faster when the text has many small
-    tokens. Linear in the text either way: a string (the megabytes of base64) is skipped by ``find`` (memchr),
-    not character by character.
+    A text of few tokens (an envelope, its megabytes one string) is decided by the token scan; counting colons
+    proves there is none in the common case; anything else (a colon spelled ``\\u003a``, nesting deeper than orjson
+    writes, an integer beyond 64 bits, a repeat) is read once more by the stdlib's C parser
+    (:func:`_first_repeat`). The token scan, Python work per token (seconds for tens of megabytes), remains only
+    where that parser fails (nesting past its recursion limit).
     """
     if len(text) > _COUNT_COLONS_BELOW:
         scanned = _scan(text, budget=_SCAN_BUDGET)
@@ -432,8 +436,11 @@ def _repeated_member(text: str | bytes | bytearray, parsed: object) -> str | Non
             return scanned
     if _proved_distinct(text, parsed):
         return None
-    found = _scan(text, budget=None)
-    assert found is not False  # without a budget the scan always finishes
+    found = _first_repeat(text)
+    if isinstance(found, _Undecided):
+        scanned = _scan(text, budget=None)
+        assert scanned is not False  # without a budget the scan always finishes
+        return scanned
     return found
 
 
@@ -456,6 +463,98 @@ def _proved_distinct(text: str | bytes | bytearray, parsed: object) -> bool:
     except orjson.JSONEncodeError:  # nested deeper than orjson writes: let the scan decide
         return False
     return bool(colons <= again.count(b":"))
+
+
+class _Undecided:
+    """What :func:`_first_repeat` returns when the stdlib parser could not read the text."""
+
+
+_UNDECIDED: Final = _Undecided()
+
+
+class _Repeat:
+    """The first repeated name, in text order, in an object the stdlib parser has read, or in the values it holds:
+    what such an object becomes in :func:`_first_repeat` (every other object becomes None)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+# The values that are or may hold a _Repeat; the others (None for an object, True for a number, str) never do.
+_CARRIERS: Final = frozenset({list, _Repeat})
+_VALUE: Final = operator.itemgetter(1)
+
+
+def _first_repeat(text: str | bytes | bytearray) -> str | _Undecided | None:
+    """:func:`_scan`'s answer for ``text`` (valid JSON), read by the stdlib's C parser, or :data:`_UNDECIDED`.
+
+    The parser calls the hook once per object, when the object closes (after every object it holds). An object
+    with no repeated name, holding none, becomes None and every number True (so the tree is small, and no
+    integer of thousands of digits is converted); one that does becomes a :class:`_Repeat` of the first name in
+    text order: the first of its members whose name repeats an earlier one or (after that name) whose value holds
+    a repeat. Only after a first repeat was met does each object look through its values (its arrays in C).
+
+    Nesting past the parser's recursion limit (about 1000 levels, with the caller's frames) is left undecided,
+    as is anything else the parser refuses: the limit is not raised, being the whole process's, not this call's.
+    """
+    try:
+        data = text if isinstance(text, str) else str(text, "utf-8")
+    except UnicodeDecodeError:
+        return _UNDECIDED
+    met = False  # a repeat was met: from then on an object's values may hold one
+
+    def on_object(pairs: list[tuple[str, Any]]) -> _Repeat | None:
+        nonlocal met
+        if len(dict(pairs)) == len(pairs):
+            if not met:
+                return None
+            values = list(map(_VALUE, pairs))
+            for value in itertools.compress(values, map(_CARRIERS.__contains__, map(type, values))):
+                if type(value) is _Repeat:
+                    repeat: _Repeat = value
+                    return repeat
+                # An array that holds no array and no _Repeat (most: of numbers, of strings) is passed in C.
+                if any(map(_CARRIERS.__contains__, map(type, value))) and (held := _held(value)) is not None:
+                    return _Repeat(held)
+            return None
+        look = met  # its values can hold a repeat only if one was met before
+        met = True
+        seen: set[str] = set()
+        for name, value in pairs:
+            if name in seen:
+                return _Repeat(name)
+            seen.add(name)
+            if look and type(value) in _CARRIERS and (held := _held(value)) is not None:
+                return _Repeat(held)
+        raise AssertionError("unreachable: dict() dropped a repeated name")
+
+    try:
+        root = json.loads(data, object_pairs_hook=on_object, parse_int=bool, parse_float=bool)
+    except (RecursionError, ValueError):
+        return _UNDECIDED
+    return _held(root) if type(root) in _CARRIERS else None
+
+
+def _held(value: Any) -> str | None:
+    """The name of the first :class:`_Repeat` that ``value`` (one, or an array) is or holds, in text order."""
+    if type(value) is _Repeat:
+        return value.name
+    if not any(map(_CARRIERS.__contains__, map(type, value))):  # most arrays: decided in C
+        return None
+    # The items of each array that are or may hold a _Repeat, in order (selected in C).
+    stack = [itertools.compress(value, map(_CARRIERS.__contains__, map(type, value)))]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+        elif type(item) is list:
+            stack.append(itertools.compress(item, map(_CARRIERS.__contains__, map(type, item))))
+        else:
+            name: str = item.name
+            return name
+    return None
 
 
 def _scan(text: str | bytes | bytearray, *, budget: int | None) -> str | Literal[False] | None:
