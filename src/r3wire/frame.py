@@ -71,11 +71,14 @@ _HEADER: Final = struct.Struct("<4sBBBBQQII")
 _DTYPE_CODES: Final[dict[str, int]] = {"uint8": 1, "int16": 2, "int32": 3}
 _DTYPE_NAMES: Final[dict[int, str]] = {code: name for name, code in _DTYPE_CODES.items()}
 _MAX_TOP_K: Final = (1 << 32) - 1
-# Ids per chunk of the encoder's check-then-copy: 4 MiB of int32 source, read from memory once, stays in cache
-# (32 MiB L3 here) between the max() that checks it and the copy that narrows it. Encode / memcpy of the int32
-# source, medians of 9 interleaved rounds, W1 and K2: 1 << 16 ids 1.47x / 1.26x, 1 << 18 0.89x / 1.06x,
-# 1 << 20 0.77x / 1.06x, unchunked (two passes over memory) 0.79x / 1.42x.
-_CHUNK_IDS: Final = 1 << 20
+# Ids per chunk of the encoder's check-then-copy: 1 MiB of int32 source, read from memory once, stays in cache
+# between the max() that checks it and the copy that narrows it. Encode (out=) / memcpy of the int32 source,
+# medians of interleaved rounds, W1 / K2, on two machines: a 2-core EPYC (1 MiB L2, 32 MiB L3): 1 << 16 ids
+# 1.47x / 1.26x, 1 << 18 0.89x / 1.06x, 1 << 20 0.77x / 1.06x, unchunked (two passes over memory) 0.79x / 1.42x;
+# a 2-core Xeon (2 MiB L2 per core): 1 << 16 0.95x / 0.97x, 1 << 17 0.89x / 0.96x, 1 << 18 0.93x / 0.97x,
+# 1 << 19 1.07x / 0.98x, 1 << 20 1.21x / 1.07x. 1 << 18 is within 0.12x of the best on both; 1 << 20 loses 0.3x
+# on the Xeon, where a 4 MiB chunk spills out of L2.
+_CHUNK_IDS: Final = 1 << 18
 
 assert _HEADER.size == FRAME_HEADER_SIZE
 
