@@ -1714,3 +1714,22 @@ def test_lengths_and_offsets_may_be_integer_tensors() -> None:
         with pytest.raises(R3WireError) as info:
             pad_routes(samples, token_lengths=bad)
         assert info.value.field == "token_lengths"
+
+
+def test_a_trace_given_to_pad_sequences_is_named_with_what_to_pad_instead() -> None:
+    trace = RouteTrace(num_experts=4)
+    trace.add(np.zeros((2, 1, 1), dtype=np.uint8), token_ids=[1, 2, 3])
+    with pytest.raises(R3WireError) as caught:
+        pad_sequences([np.zeros(3), trace], side="right")
+    assert caught.value.field == "values[1]"
+    assert caught.value.got == "a RouteTrace"
+    assert "pad_sequences([trace.token_ids, ...])" in str(caught.value.expected)
+
+
+def test_a_later_call_with_other_layers_says_to_pass_the_same_layers() -> None:
+    trace = RouteTrace(num_experts=4)
+    trace.add(np.zeros((2, 2, 1), dtype=np.uint8), token_ids=[1, 2, 3])
+    with pytest.raises(R3WireError) as caught:
+        trace.add(np.zeros((3, 3, 1), dtype=np.uint8), token_ids=[1, 2, 3, 4, 5])
+    assert caught.value.field == "routes.shape"
+    assert "pass the same layers= as the earlier calls" in str(caught.value.expected)

@@ -239,10 +239,18 @@ def test_dtype_torch_cannot_hold_is_a_clear_error(dtype: str) -> None:
 
 
 def test_routes_to_tensor_checks_shape_and_route_dtype() -> None:
-    with pytest.raises(R3WireError, match=r"routes must be a 3-d array \[rows, layers, top_k\], got shape \[2, 3\]"):
+    with pytest.raises(R3WireError, match=r"routes must be a 3-d array \[rows, layers, top_k\] \(.*got shape \[2, 3\]"):
         routes_to_tensor(np.zeros((2, 3), dtype=np.uint8))
-    with pytest.raises(R3WireError, match=r"routes\.dtype must be one of \['uint8', 'int16', 'int32'\], got uint16"):
+    with pytest.raises(R3WireError, match=r"routes\.dtype must be one of \['uint8', 'int16', 'int32'\], got uint32"):
+        routes_to_tensor(np.zeros((1, 2, 2), dtype=np.uint32))
+    # vLLM's uint16 above 256 experts: the message says what to pass.
+    with pytest.raises(R3WireError, match=r"int32'\] \(uint16 ids, as vLLM sends them.*pass num_experts=.*got uint16"):
         routes_to_tensor(np.zeros((1, 2, 2), dtype=np.uint16))
+    with pytest.raises(R3WireError, match=r"array\.dtype must be .* \(uint16 ids, .*pass num_experts="):
+        to_tensor(np.zeros((1, 2), dtype=np.uint16))
+    # A padded batch is not one trajectory's routes: the message names the function for it.
+    with pytest.raises(R3WireError, match=r"a padded batch \[batch, max_len, layers, top_k\] or a mask, use r3wire"):
+        routes_to_tensor(np.zeros((1, 6, 3, 8), dtype=np.uint8))
     with pytest.raises(R3WireError, match="routes must be a NumPy array, got list"):
         routes_to_tensor([[[1]]])  # type: ignore[arg-type]
 

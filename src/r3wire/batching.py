@@ -889,6 +889,14 @@ _NO_VALUES.flags.writeable = False
 
 
 def _as_values(value: object, field: str) -> Array:
+    if isinstance(value, RouteTrace):
+        # Its rows are routes, not per-token values; the values that go with it are its token ids.
+        raise _fail(
+            field,
+            "per-token values (a RouteTrace pads with pad_routes; pad its token ids with pad_sequences"
+            "([trace.token_ids, ...]))",
+            "a RouteTrace",
+        )
     arr = _from_caller(value, field)
     if arr.ndim == 1 and _neutral_empty(value, arr):
         return _NO_VALUES
@@ -1824,7 +1832,8 @@ class RouteTrace:
         if buf is not None and arr.shape[1:] != buf.shape[1:]:
             raise _fail(
                 "routes.shape",
-                f"[rows, {buf.shape[1]}, {buf.shape[2]}] (layers and top_k of earlier calls)",
+                f"[rows, {buf.shape[1]}, {buf.shape[2]}] (layers and top_k of earlier calls; with add_result, "
+                "pass the same layers= as the earlier calls)",
                 f"{list(arr.shape)}",
             )
         if begin > self._rows:

@@ -8,7 +8,7 @@ directly and hand it to :func:`tensor_to_numpy`. Decoding to a tensor is :func:`
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
+from typing import Any, Final
 
 import numpy as np
 
@@ -119,13 +119,24 @@ def to_tensor(array: np.ndarray[Any, Any], *, device: Any = None, pin_memory: bo
     return _to_tensor(torch, array, "array", target, pin_memory)
 
 
+# vLLM hands routes over as uint16 above 256 experts; the route dtype r3wire picks from num_experts is int16.
+_UINT16_HINT: Final = (
+    " (uint16 ids, as vLLM sends them above 256 experts: pass num_experts= to RouteTrace / pad_routes / "
+    "decode_routes, which then hold them as r3wire.route_dtype(num_experts), int16 below 32768 experts)"
+)
+
+
 def _to_tensor(torch: Any, array: np.ndarray[Any, Any], field: str, device: Any, pin_memory: bool) -> Any:
     if not isinstance(array, np.ndarray):
         raise R3WireError.make(field, "a NumPy array", type(array).__name__, raw=True)
     refuse_masked(array, field, R3WireError)
     if array.dtype.fields is not None or array.dtype.name not in TORCH_DTYPES:
+        hint = _UINT16_HINT if array.dtype.name == "uint16" else ""
         raise R3WireError.make(
-            f"{field}.dtype", f"a dtype torch supports in full, one of {list(TORCH_DTYPES)}", str(array.dtype), raw=True
+            f"{field}.dtype",
+            f"a dtype torch supports in full, one of {list(TORCH_DTYPES)}{hint}",
+            str(array.dtype),
+            raw=True,
         )
     if not _shareable(array):
         # A C-order copy in native byte order; np.ascontiguousarray would turn a 0-d array into a 1-d one.
@@ -192,9 +203,16 @@ def routes_to_tensor(routes: np.ndarray[Any, Any], *, device: Any = None, pin_me
         raise R3WireError.make("routes", "a NumPy array", type(routes).__name__, raw=True)
     refuse_masked(routes, "routes", R3WireError)
     if routes.ndim != _ROUTES_NDIM:
-        raise R3WireError.make("routes", "a 3-d array [rows, layers, top_k]", f"shape {list(routes.shape)}", raw=True)
+        raise R3WireError.make(
+            "routes",
+            "a 3-d array [rows, layers, top_k] (for a padded batch [batch, max_len, layers, top_k] or a mask, use "
+            "r3wire.torch.to_tensor)",
+            f"shape {list(routes.shape)}",
+            raw=True,
+        )
     if routes.dtype.fields is not None or routes.dtype.name not in ROUTE_DTYPES:
-        raise R3WireError.make("routes.dtype", f"one of {list(ROUTE_DTYPES)}", str(routes.dtype), raw=True)
+        hint = _UINT16_HINT if routes.dtype.name == "uint16" else ""
+        raise R3WireError.make("routes.dtype", f"one of {list(ROUTE_DTYPES)}{hint}", str(routes.dtype), raw=True)
     return _to_tensor(torch, routes, "routes", target, pin_memory)
 
 
