@@ -1733,3 +1733,19 @@ def test_a_later_call_with_other_layers_says_to_pass_the_same_layers() -> None:
         trace.add(np.zeros((3, 3, 1), dtype=np.uint8), token_ids=[1, 2, 3, 4, 5])
     assert caught.value.field == "routes.shape"
     assert "pass the same layers= as the earlier calls" in str(caught.value.expected)
+
+
+def test_a_first_call_past_row_0_is_refused_with_the_placeholder_way_and_that_way_works() -> None:
+    # A call whose engine skipped a cached 4-token prefix: its rows start at 4.
+    tokens = list(range(10, 20))
+    rows = np.arange(5 * 2, dtype=np.uint8).reshape(5, 2, 1) % 8
+    trace = RouteTrace(num_experts=8)
+    with pytest.raises(R3WireError) as caught:
+        trace.add(rows, start=4, token_ids=tokens)
+    assert caught.value.field == "start"
+    assert "placeholders with replayed=False" in str(caught.value.expected)
+    trace.add(np.zeros((4, 2, 1), dtype=np.uint8), start=0, token_ids=tokens[:5], replayed=np.zeros(4, dtype=bool))
+    trace.add(rows, start=4, token_ids=tokens)
+    padded, mask = pad_routes([trace], side="right")
+    assert mask[0].tolist() == [True] * 4 + [False] * 5 + [True]  # placeholders and the last token masked
+    assert np.array_equal(padded[0, 4:9], rows)

@@ -1839,7 +1839,9 @@ class RouteTrace:
         if begin > self._rows:
             raise _fail(
                 "start",
-                f"<= {self._rows}, the rows recorded so far (a call must continue the trace without a gap)",
+                f"<= {self._rows}, the rows recorded so far (a call must continue the trace without a gap; rows "
+                "no call routed, such as a cached prefix the engine skipped, are added first as placeholders with "
+                "replayed=False, which masks them)",
                 begin,
             )
         end = begin + arr.shape[0]
