@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import base64
 import tracemalloc
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
 import pytest
 
 import r3wire
-from r3wire import R3WireError, RouteTrace, formats, pack_routes, pad_routes
+from r3wire import R3WireError, RouteTrace, formats, pack_routes, pad_routes, pad_sequences
 
 LAYERS, TOP_K, EXPERTS = 3, 2, 16
 TOKENS = list(range(100, 116))
@@ -700,3 +700,101 @@ def test_a_dense_layer_of_zeros_is_named_in_the_distinct_ids_error() -> None:
     with pytest.raises(R3WireError) as caught:
         r3wire.validate_routes([routes], num_experts=EXPERTS)
     assert "dense" not in str(caught.value)
+
+
+def vllm_chat_with_logprobs(prompt: list[int], completion: list[int], logprobs: list[float | None]) -> bytes:
+    """vLLM chat with return_token_ids and logprobs: one content entry per completion token (None: non-finite)."""
+    n = len(prompt) + len(completion)
+    content: list[dict[str, Any]] = [
+        {"token": f"t{t}", "logprob": lp, "bytes": [], "top_logprobs": []}
+        for t, lp in zip(completion, logprobs, strict=True)
+    ]
+    choice = {
+        "index": 0,
+        "token_ids": completion,
+        "logprobs": {"content": content},
+        "routed_experts": formats.write(TRUTH[: n - 1], format="vllm-npy"),
+    }
+    return orjson.dumps({"choices": [choice], "prompt_token_ids": prompt})
+
+
+def test_a_multi_turn_trajectory_records_each_turns_logprobs_on_its_own_tokens() -> None:
+    # Turn 1: prompt 0..3, reply 4..6; a tool result 7..8; turn 2: reply 9..12.
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add_result(one(vllm_chat_with_logprobs(TOKENS[:4], TOKENS[4:7], [-0.5, -1.5, None])))
+    trace.add_result(one(vllm_chat_with_logprobs(TOKENS[:9], TOKENS[9:13], [-0.25, -0.75, -2.0, -0.125])))
+    assert trace.sampled is not None
+    assert trace.logprobs is not None
+    assert np.flatnonzero(trace.sampled).tolist() == [4, 5, 6, 9, 10, 11, 12]  # the loss mask: replies only
+    assert trace.logprobs.tolist() == [0.0] * 4 + [-0.5, -1.5, -9999.0, 0.0, 0.0, -0.25, -0.75, -2.0, -0.125]
+    # Padded like the tokens: the same cells.
+    ids, _ = pad_sequences([trace.token_ids], token_lengths=[13], max_len=16)
+    old, _ = pad_sequences([trace.logprobs], token_lengths=[13], max_len=16)
+    loss, _ = pad_sequences([trace.sampled], token_lengths=[13], max_len=16)
+    assert ids[0, 3:].tolist() == TOKENS[:13]
+    assert old[0, 3 + 9] == -0.25
+    assert loss[0].tolist() == [False] * 7 + [True] * 3 + [False] * 2 + [True] * 4
+    # A branch keeps the logprobs of the tokens it shares.
+    branch = trace.fork(11)
+    assert branch.logprobs is not None
+    assert branch.logprobs.tolist() == trace.logprobs[:11].tolist()
+
+
+def test_a_trace_without_logprobs_has_none_and_calls_without_them_leave_tokens_unsampled() -> None:
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add_result(one(vllm_chat(TOKENS[:4], TOKENS[4:6])))
+    assert (trace.logprobs, trace.sampled) == (None, None)
+    trace.add_result(one(vllm_chat_with_logprobs(TOKENS[:6], TOKENS[6:8], [-1.0, -2.0])))
+    assert trace.sampled is not None
+    assert np.flatnonzero(trace.sampled).tolist() == [6, 7]
+
+
+def test_logprobs_given_again_for_a_token_follow_on_conflict() -> None:
+    tokens = TOKENS[:6]
+    cases: list[tuple[Literal["keep", "replace"] | None, float]] = [("keep", -1.0), ("replace", -3.0), (None, -1.0)]
+    for policy, want in cases:
+        trace = RouteTrace(num_experts=EXPERTS)
+        trace.add(TRUTH[:5], token_ids=tokens, logprobs=[-1.0])
+        trace.add(TRUTH[:5], token_ids=tokens, logprobs=[-3.0], on_conflict=policy)
+        assert trace.logprobs is not None
+        assert trace.logprobs[5] == want
+        assert trace.conflicts == 0  # a routing metric: logprobs are not counted
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add(TRUTH[:5], token_ids=tokens, logprobs=[-1.0])
+    with pytest.raises(R3WireError) as caught:
+        trace.add(TRUTH[:5], token_ids=tokens, logprobs=[-3.0], on_conflict="raise")
+    assert caught.value.field == "logprobs[0]"
+    assert "recorded for trajectory position 5" in str(caught.value.expected)
+    assert trace.logprobs is not None
+    assert trace.logprobs[5] == -1.0
+
+
+@pytest.mark.parametrize(
+    ("logprobs", "token_ids", "field", "expected"),
+    [
+        ([-1.0], None, "logprobs", "given with token_ids"),
+        ([[-1.0]], TOKENS[:6], "logprobs", "a 1-d float array"),
+        ([1, 2], TOKENS[:6], "logprobs", "a 1-d float array"),
+        (np.array([-1.0] * 7), TOKENS[:6], "logprobs", "at most 6 values"),
+        ([-1.0, float("nan")], TOKENS[:6], "logprobs[1]", "a finite logprob"),
+        ([-1.0, float("-inf")], TOKENS[:6], "logprobs[1]", "a finite logprob"),
+    ],
+)
+def test_bad_logprobs_are_refused_and_change_nothing(logprobs: Any, token_ids: Any, field: str, expected: str) -> None:
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add(TRUTH[:2], start=0, token_ids=TOKENS[:3]) if token_ids is not None else trace.add(TRUTH[:2], start=0)
+    with pytest.raises(R3WireError) as caught:
+        trace.add(TRUTH[:5], start=0, token_ids=token_ids, logprobs=logprobs)
+    assert caught.value.field == field
+    assert expected in str(caught.value.expected)
+    assert trace.rows == 2
+    assert trace.logprobs is None
+
+
+def test_a_longer_float_than_float64_is_refused_rather_than_rounded() -> None:
+    wide = np.array([-1.0], dtype=np.longdouble)
+    if wide.dtype.itemsize <= 8:
+        pytest.skip("this platform's long double is float64")  # pragma: no cover
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add(TRUTH[:5], token_ids=TOKENS[:6], logprobs=wide)
+    assert caught.value.field == "logprobs"

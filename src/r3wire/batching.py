@@ -1571,6 +1571,29 @@ def _check_given_start(count: int, start: int, rows: int) -> None:
     )
 
 
+def _as_call_logprobs(value: object, count: int) -> Array:
+    """A call's sampled logprobs as a 1-d float64 array of at most ``count`` finite values (its last tokens')."""
+    arr = _from_caller(value, "logprobs")
+    # At most 8 bytes: float16/32/64 widen to float64 exactly; a longer float would be rounded.
+    floats = arr.dtype.kind == "f" and arr.dtype.itemsize <= 8
+    if arr.ndim != 1 or not (floats or (arr.size == 0 and _neutral_empty(value, arr))):
+        raise _fail("logprobs", "a 1-d float array (one sampled logprob per completion token)", describe(value))
+    if arr.shape[0] > count:
+        raise _fail(
+            "logprobs",
+            f"at most {count} values, one per token of the call's completion (they sit on its last tokens)",
+            f"{arr.shape[0]} values",
+        )
+    values = arr.astype(np.float64)  # a copy: the caller's array may change after the call
+    finite = np.isfinite(values)
+    if not finite.all():
+        j = int(np.argmin(finite))
+        raise _fail(
+            f"logprobs[{j}]", "a finite logprob (clamp_logprobs floors non-finite ones)", repr(float(values[j]))
+        )
+    return values
+
+
 def _replayed_rows(routes: Array, mask: object, missing_id: int) -> Array | None:
     """The rows to replay: ``mask`` (None: all), less the rows that are ``missing_id`` throughout; a row that is
     ``missing_id`` in some replayed slots only raises."""
@@ -1632,10 +1655,12 @@ class RouteTrace:
         "_high",
         "_kept",
         "_limit",
+        "_logprobs",
         "_max_elements",
         "_n_tokens",
         "_num_experts",
         "_rows",
+        "_sampled",
         "_shared",
         "_tokens",
         "_verified",
@@ -1669,6 +1694,10 @@ class RouteTrace:
         self._conflicts = 0
         self._shared = False  # finalize() handed out the buffer: "replace" must copy before writing into it
         self._kept: Array | None = None  # per recorded row, replayed by some call; None: every row so far
+        # Per token position from 0, the sampled logprob a call reported and whether one did; None until a call
+        # gives logprobs. Either may be shorter than the recorded tokens: positions past it have none.
+        self._logprobs: Array | None = None
+        self._sampled: Array | None = None
 
     @property
     def rows(self) -> int:
@@ -1700,6 +1729,33 @@ class RouteTrace:
         starts at 0.
         """
         return self._conflicts
+
+    @property
+    def logprobs(self) -> Array | None:
+        """Per recorded token, the sampled logprob a call reported for it (float64, a copy), 0.0 where none did;
+        ``None`` when no call gave logprobs.
+
+        0.0, not NaN, where a token has none (a prompt or tool token): a masked product (``logprobs * mask``)
+        stays finite. :attr:`sampled` says which values are real.
+        """
+        if self._logprobs is None:
+            return None
+        out = np.zeros(self._n_tokens, dtype=np.float64)
+        out[: self._logprobs.shape[0]] = self._logprobs
+        return out
+
+    @property
+    def sampled(self) -> Array | None:
+        """Per recorded token, ``True`` where a call reported its sampled logprob (a bool copy): the tokens the
+        engine generated, the loss mask of a multi-turn trajectory; ``None`` when no call gave logprobs.
+
+        A call that generated tokens without reporting logprobs leaves them ``False``: ask every call for them.
+        """
+        if self._sampled is None:
+            return None
+        out = np.zeros(self._n_tokens, dtype=np.bool_)
+        out[: self._sampled.shape[0]] = self._sampled
+        return out
 
     @property
     def replayed(self) -> Array | None:
@@ -1761,6 +1817,8 @@ class RouteTrace:
         branch._tokens = None if self._tokens is None else self._tokens[:keep].copy()
         branch._verified, branch._conflicts, branch._shared = self._verified, 0, False
         branch._kept = None if self._kept is None else self._kept[: branch._rows].copy()
+        branch._logprobs = None if self._logprobs is None else self._logprobs[:keep].copy()
+        branch._sampled = None if self._sampled is None else self._sampled[:keep].copy()
         return branch
 
     def add(
@@ -1771,6 +1829,7 @@ class RouteTrace:
         token_ids: Any = None,
         on_conflict: Conflict | None = None,
         replayed: Any = None,
+        logprobs: Any = None,
     ) -> None:
         """Record an engine call's rows; ``routes[0]`` is trajectory row ``start``.
 
@@ -1799,6 +1858,11 @@ class RouteTrace:
                 (``ReadResult.mask``: a Fireworks BITMAP or ``null`` rows). A row marked ``False`` is not
                 checked, compared or recorded: a later call that replays it fills it in (no conflict), and rows
                 no call replayed hold padding rows and are ``False`` in :attr:`replayed`.
+            logprobs: ``None``, or the sampled logprobs of the call's last ``len(logprobs)`` tokens (its
+                completion's, as ``ReadResult.logprobs``): a 1-d float array of finite values, given with
+                ``token_ids``. Recorded at those positions (:attr:`logprobs`, :attr:`sampled`); where a position
+                already holds a different logprob, ``on_conflict`` decides as for rows (not counted in
+                :attr:`conflicts`, a routing metric).
 
         Raises:
             R3WireError: a bad array or shape, a negative id or one ``>= num_experts``, ``start`` past the end of
@@ -1806,11 +1870,19 @@ class RouteTrace:
                 ``token_ids`` missing on a verifying trace (or given on one that is not), not covering the rows,
                 or differing from the recorded tokens (the first differing position and both tokens are named),
                 the trace exceeding ``max_elements``, or conflicting rows under ``"raise"`` (row and layer
-                named), or ``replayed`` not a bool ``[n]`` array. The trace is unchanged when this is raised.
+                named), or ``replayed`` not a bool ``[n]`` array; ``logprobs`` without ``token_ids``, not a 1-d
+                float array, longer than ``token_ids``, holding a non-finite value (``clamp_logprobs`` floors
+                them), or differing from a recorded logprob under ``"raise"``. The trace is unchanged when this is
+                raised.
         """
         if start is None:
             routes, token_ids, start = self._end_aligned(routes, token_ids)
-        if replayed is None and self._kept is None and self._add_common(routes, start, token_ids, on_conflict):
+        if (
+            replayed is None
+            and self._kept is None
+            and logprobs is None
+            and self._add_common(routes, start, token_ids, on_conflict)
+        ):
             return
         arr = _as_routes(routes, "routes")
         keep = None if replayed is None else _row_mask(replayed, arr.shape[0], "replayed")
@@ -1884,6 +1956,11 @@ class RouteTrace:
         if differing is not None and policy == "raise":
             assert buf is not None
             _check_overlap(buf[begin : begin + overlap], arr[:overlap], begin, compared)
+        sampled = None
+        if logprobs is not None:
+            if tokens is None:
+                raise _fail("logprobs", "given with token_ids (they sit on the call's last tokens)", "no token_ids")
+            sampled = self._sampled_room(_as_call_logprobs(logprobs, tokens.shape[0]), tokens.shape[0], policy)
         # Every check passed. Both buffers are reserved before anything is recorded, so a failed allocation
         # leaves the trace unchanged.
         replace = differing is not None and policy == "replace"
@@ -1912,7 +1989,37 @@ class RouteTrace:
         if room is not None:
             assert tokens is not None
             self._record_tokens(tokens, room)
+        if sampled is not None:
+            self._logprobs, self._sampled = sampled
         self._verified = tokens is not None
+
+    def _sampled_room(self, values: Array, count: int, policy: str) -> tuple[Array, Array]:
+        """The logprob and sampled buffers with ``values`` placed on a call's last ``len(values)`` of ``count``
+        tokens, as new arrays (the trace is not changed yet); recorded logprobs that differ are kept, replaced or
+        refused (``policy``)."""
+        first = count - values.shape[0]
+        held = 0 if self._logprobs is None else self._logprobs.shape[0]
+        size = max(held, count)
+        lp = np.zeros(size, dtype=np.float64)
+        was = np.zeros(size, dtype=np.bool_)
+        if self._logprobs is not None and self._sampled is not None:
+            lp[:held] = self._logprobs
+            was[:held] = self._sampled
+        window = slice(first, count)
+        again = was[window]
+        differs = again & (lp[window] != values)
+        if policy == "raise" and differs.any():
+            j = int(np.argmax(differs))
+            raise _fail(
+                f"logprobs[{j}]",
+                f"{float(lp[first + j])!r}, the logprob recorded for trajectory position {first + j} (or "
+                "on_conflict='keep' / 'replace')",
+                repr(float(values[j])),
+            )
+        take = ~again if policy == "keep" else np.ones(values.shape[0], dtype=np.bool_)
+        lp[window][take] = values[take]
+        was[window] = True
+        return lp, was
 
     def _record_masked(
         self, arr: Array, keep: Array | None, taken: Array, *, begin: int, overlap: int, end: int
@@ -1976,7 +2083,10 @@ class RouteTrace:
         - the rows replayed: ``result.mask``, less every row that holds -1
           (:data:`~r3wire.formats.MISSING_ROUTE`, NeMo-RL's and SGLang's "no expert recorded") in every slot of
           every layer. A row with -1 in some slots only cannot be replayed as a row and is refused;
-        - the expert count: ``result.num_experts`` (r3wire envelopes record it) must be this trace's.
+        - the expert count: ``result.num_experts`` (r3wire envelopes record it) must be this trace's;
+        - the sampled logprobs: ``result.logprobs`` (the completion's, clamped by the reader) on the call's last
+          tokens, so :attr:`logprobs` and :attr:`sampled` give a multi-turn trajectory's old logprobs and loss
+          mask on the same verified tokens.
 
         Tokens are always verified, so the trace must be one whose calls all give token ids. Sizes come before
         contents: the selected routes (rows x layers x top_k) and the call's token count are held to the trace's
@@ -2053,6 +2163,7 @@ class RouteTrace:
                 token_ids=tokens,
                 on_conflict=on_conflict,
                 replayed=keep,
+                logprobs=result.logprobs,
             )
         except R3WireError as exc:
             # One place names the routes' elements in result.routes, whatever layers were selected.

@@ -1125,3 +1125,41 @@ def test_an_empty_list_pads_as_an_empty_array_of_the_others_shape(
     assert padded.shape == expected[0].shape
     assert padded.tolist() == expected[0].tolist()
     assert mask.tolist() == expected[1].tolist()
+
+
+@given(
+    turns=st.lists(
+        st.tuples(st.integers(0, 3), st.integers(0, 4), st.booleans(), st.integers(0, 3)), min_size=1, max_size=6
+    ),
+    data=st.data(),
+)
+def test_logprobs_of_every_turn_land_on_the_tokens_that_turn_sampled(
+    turns: list[tuple[int, int, bool, int]], data: st.DataObject
+) -> None:
+    # Each turn: a tool/user tail appended, a completion sampled (with its logprobs reported or not), calls that
+    # re-send the whole trajectory so far. The reference: a logprob is a function of its position and call.
+    trace = RouteTrace(num_experts=8)
+    tokens: list[int] = [5]
+    want_lp: dict[int, float] = {}
+    for tail, completion, reported, _ in turns:
+        tokens += [1] * tail
+        prompt_len = len(tokens)
+        tokens += [2] * completion
+        rows = np.zeros((len(tokens) - 1, 1, 1), dtype=np.uint8)
+        values = [-(p + 1) / 8 for p in range(prompt_len, len(tokens))]
+        trace.add(rows, token_ids=tokens, logprobs=values if reported else None)
+        if reported:
+            for p, v in zip(range(prompt_len, len(tokens)), values, strict=True):
+                want_lp.setdefault(p, v)
+    if trace.sampled is None:
+        assert not want_lp
+        return
+    assert trace.logprobs is not None
+    assert np.flatnonzero(trace.sampled).tolist() == sorted(want_lp)
+    assert trace.logprobs.tolist() == [want_lp.get(p, 0.0) for p in range(len(tokens))]
+    keep = data.draw(st.integers(0, len(tokens)), label="fork")
+    branch = trace.fork(keep)
+    assert branch.logprobs is not None
+    assert branch.sampled is not None
+    assert branch.logprobs.tolist() == trace.logprobs[:keep].tolist()
+    assert branch.sampled.tolist() == trace.sampled[:keep].tolist()
