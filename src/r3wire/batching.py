@@ -1022,7 +1022,10 @@ def pad_sequences(
             bool only for bool values).
         out: a writable array of exactly the output shape and dtype to fill instead of allocating one, sharing
             no memory with any sample and without a zero stride (as for :func:`pad_routes`).
-        offsets: the trajectory position of each sample's first value (default 0).
+        offsets: the trajectory position of each sample's first value (default 0, as route rows: values from the
+            first token). Values that end at the last token need it: completion logprobs without it sit beside
+            prompt tokens, with a mask that calls those cells valid (``offsets=[n - len(v), ...]``; or pad a
+            :class:`RouteTrace`'s :attr:`~RouteTrace.logprobs`, which cover every token).
         max_len: the padded length; default the longest token length.
         max_elements: the largest ``padded`` (in elements) to allocate; ``None`` is the decoders' default limit.
             A batch given as one array or tensor is held to it by its own shape (and ``token_lengths`` and
