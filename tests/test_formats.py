@@ -308,10 +308,12 @@ def test_other_formats_refuse_a_partial_mask(name: str) -> None:
 def test_other_formats_refuse_a_sequence_length_they_would_drop(name: str) -> None:
     routes = _routes()
     start = 2 if FORMATS[name].carries_start else 0
-    written = write(routes, name, start=start, total_tokens=start + len(routes))  # nothing past the rows: kept
-    assert np.array_equal(read(written, name, **SHAPE).routes, routes)
-    with pytest.raises(EncodeError, match=rf"^total_tokens must be None or start \+ rows = {start + len(routes)}"):
-        write(routes, name, start=start, total_tokens=start + len(routes) + 1)
+    end = start + len(routes)
+    for total in (end, end + 1):  # nothing past the rows, or only the last token, which is never forwarded: kept
+        written = write(routes, name, start=start, total_tokens=total)
+        assert np.array_equal(read(written, name, **SHAPE).routes, routes)
+    with pytest.raises(EncodeError, match=rf"^total_tokens must be None, start \+ rows = {end} or start \+ rows \+ 1"):
+        write(routes, name, start=start, total_tokens=end + 2)
 
 
 def test_mask_must_be_one_bool_per_row() -> None:
@@ -395,7 +397,9 @@ def test_fireworks_matrices_never_list_more_tokens_than_their_reader_takes() -> 
     most = (1 << 30) // (64 * 64)  # the reader's default max_elements over the elements per token
     payload = write(routes, "fireworks-matrices", start=most - 1)
     assert len(payload) == most
-    cases: list[tuple[dict[str, Any], str]] = [({"start": most}, "start"), ({"total_tokens": most + 1}, "total_tokens")]
+    # total_tokens counts the sequence's tokens: a list of most entries is a sequence of most + 1.
+    assert len(write(routes, "fireworks-matrices", total_tokens=most + 1)) == most
+    cases: list[tuple[dict[str, Any], str]] = [({"start": most}, "start"), ({"total_tokens": most + 2}, "total_tokens")]
     for kwargs, field in cases:
         with pytest.raises(EncodeError) as info:
             write(routes, "fireworks-matrices", **kwargs)
