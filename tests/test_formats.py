@@ -381,6 +381,7 @@ def test_fireworks_writer_checks_its_header_fields() -> None:
     [
         ({"start": 2**40}, "start"),  # fireworks-matrices: MemoryError from [None] * start
         ({"start": 2**32 - 1}, "start"),  # start + rows beyond the u32
+        ({"start": 2**32 - 2}, "start"),  # start + rows + 1 tokens (the last row produced one more) beyond it
         ({"total_tokens": 2**32}, "total_tokens"),
         ({"start": 1, "total_tokens": 2**40}, "total_tokens"),
     ],
@@ -647,3 +648,16 @@ def test_prime_rl_b85_is_decoded_a_piece_at_a_time() -> None:
         read(bad, "prime-rl-b85")
     assert info.value.field == "data"
     assert f"position {len(text) - 3}" in str(info.value)
+
+
+def test_fireworks_writer_counts_the_token_the_last_row_produced() -> None:
+    # r3/v1 counts start + rows + 1 tokens (the last row's position produced token start + rows): at the u32's
+    # edge, one row from start 2**32 - 3 fits, from 2**32 - 2 it does not (it used to, one token late).
+    pytest.importorskip("zstandard")
+    one = np.zeros((1, 1, 1), dtype=np.uint8)
+    written = read(write(one, "fireworks-r3v1", start=2**32 - 3), num_layers=1, top_k=1)
+    assert (written.start, written.total_tokens) == (2**32 - 3, 2**32 - 1)
+    with pytest.raises(EncodeError) as info:
+        write(one, "fireworks-r3v1", start=2**32 - 2)
+    assert info.value.field == "start"
+    assert "start + rows + 1 is a u32" in str(info.value)
