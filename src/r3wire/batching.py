@@ -2005,7 +2005,7 @@ class RouteTrace:
         tokens = _result_tokens(result, token_ids, self._max_elements)
         if matrices and placed is None:
             placed = _matrices_start(n_rows, tokens.shape[0])
-            source = f"{_PER_TOKEN_MATRICES} with one entry per forwarded token of the call: row i is token i"
+            source = f"{_PER_TOKEN_MATRICES} with one entry per forwarded token of the call: row i is position i"
         if placed is not None:
             delta = result.start is not None and result.format in _DELTA_FORMATS
             _check_span(tokens.shape[0], result.total_tokens, placed, n_rows, source, to_the_end=delta)

@@ -114,7 +114,7 @@ def test_a_trajectory_from_bodies_replays_each_rows_own_routing(
     assert np.array_equal(flat[:length][~packed_mask[:length]], truth[replayed])
 
 
-# Fireworks payloads carry no token ids and no start. Where their rows are token positions from 0 (r3/v1 ALL and
+# Fireworks payloads carry no token ids and no start. Where their rows are positions from 0 (r3/v1 ALL and
 # BITMAP) the rows go there whatever token_ids the caller gives (review 9a, 3). A per-token matrices list says
 # nothing of where it starts (Fireworks makes it from token 0 or for the completion only, review 11b): without
 # start=, it is placed from token 0 only when it has an entry for each forwarded token of the call.

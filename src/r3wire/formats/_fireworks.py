@@ -4,6 +4,11 @@ a token selector and the replayed tokens' ``[layers, top_k]`` matrices back to b
 Layout from eval-protocol/python-sdk ``eval_protocol/adapters/r3_deserializer.py`` (see ``docs/formats.md``).
 The header carries no layer count or top-k: the caller supplies both. Fireworks counts MoE layers only.
 
+Matrices are indexed by the token they produced (Fireworks' own tools read them so: fw-ai-external/python-sdk
+``deployment.py`` @04f221ac, fw-ai/cookbook ``router_replay.py`` @0ae69ef4, eval-protocol ``r3_deserializer.py``
+@3393c047): token ``t``'s matrix is position ``t - 1``'s row, and token 0's entry, produced by no forward pass, is
+inflated and dropped, never returned.
+
 Decompression is bounded: a frame declaring more than :data:`MAX_DECOMPRESSED_BYTES` is refused before it is
 decompressed, the r3/v1 header is read first, and its claims are checked against ``max_elements`` before the
 output is allocated. The matrices are then inflated straight into that output (BITMAP: in bounded token blocks

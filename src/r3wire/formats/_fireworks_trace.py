@@ -5,9 +5,11 @@ Trace API (``trace["payloads"]["router_replay"]``)::
 
     {"manifest": {"PayloadVersion": "r3/v1", "Compression": "zstd"}, "data": "<base64 of the r3/v1 zstd stream>"}
 
-Per-token matrices: a JSON list with one entry per token, either ``null`` (not replayed) or the standard base64 of
-that token's ``[num_layers, top_k]`` matrix, little-endian uint8 or uint16 (no dtype travels: it follows from the
-length, which the caller's ``num_layers`` and ``top_k`` fix).
+Per-token matrices: a JSON list of entries, each ``null`` (not replayed) or the standard base64 of one
+``[num_layers, top_k]`` matrix, little-endian uint8 or uint16 (no dtype travels: it follows from the length, which
+the caller's ``num_layers`` and ``top_k`` fix). Entry ``i`` is the routing of one forward pass, read as a position:
+the decoder's per-token list less its first entry (as Fireworks' SDK trains on it) is positions from 0, entry ``p``
+the matrix of token ``p + 1``; a completion-only list starts at the prompt's last token.
 
 Layouts from eval-protocol/python-sdk ``eval_protocol/adapters/r3_deserializer.py`` and
 ``tests/adapters/test_r3_deserializer.py`` @3393c047 (see ``docs/formats.md``).
