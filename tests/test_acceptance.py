@@ -193,7 +193,7 @@ def test_fireworks_bitmap_expansion_costs_about_its_output() -> None:
     with peak_bytes() as peak:
         result = fmt.read(payload, format="fireworks-r3v1", num_layers=layers, top_k=top_k)
     output = result.routes.nbytes + (0 if result.mask is None else result.mask.nbytes)
-    assert result.routes.shape == (total, layers, top_k)
+    assert result.routes.shape == (total - 1, layers, top_k)  # every position but the last token's
     assert peak[0] < output + 4 * MIB
 
 
@@ -360,7 +360,7 @@ def test_read_of_a_bytearray_npy_does_not_alias_it() -> None:
 # issue 11.8
 def test_zstd_stream_starting_with_a_skippable_frame_is_read() -> None:
     routes = np.arange(12, dtype=np.uint8).reshape(3, 2, 2)
-    frame = _r3v1(0, 3, 3, b"", routes.tobytes())
+    frame = _r3v1(0, 4, 4, b"", bytes(4) + routes.tobytes())  # ALL: token 0's entry, then positions 0 .. 2
     skippable = struct.pack("<II", 0x184D2A50, 5) + b"meta!"
     for payload in (skippable + frame, base64.b64encode(skippable + frame).decode()):
         result = fmt.read(payload, num_layers=2, top_k=2)

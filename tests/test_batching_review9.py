@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import functools
+import struct
 import tracemalloc
 from collections.abc import Callable, Iterator, Sequence
 from importlib.util import find_spec
@@ -207,7 +209,18 @@ _ZSTD = pytest.mark.skipif(find_spec("zstandard") is None, reason="fireworks-r3v
 
 
 def _fireworks(rows: Array, form: str, mask: Array | None = None) -> Any:
-    payload = formats.write(rows, format=form, mask=mask)
+    if form == "fireworks-matrices" or mask is not None:
+        payload = formats.write(rows, format=form, mask=mask)
+    else:
+        # r3wire writes rows from 0 as SUFFIX from token 1; an ALL payload, built by hand, holds token 0's entry
+        # too (no forward pass produced it: the reader skips it) and then each token's, the rows of positions 0 ..
+        zstandard = pytest.importorskip("zstandard")
+        body = np.concatenate([np.full((1, 2, 2), 15, dtype=np.uint8), rows]).tobytes()
+        n = rows.shape[0] + 1
+        header = struct.pack("<4sBBBBIIIIQ", b"R3V1", 1, 0, 1, 1, n, n, 0, 0, len(body))
+        payload = base64.b64encode(zstandard.ZstdCompressor().compress(header + body)).decode()
+        if form == "fireworks-trace":
+            payload = {"manifest": {"PayloadVersion": "r3/v1", "Compression": "zstd"}, "data": payload}
     return formats.read(payload, format=form, num_layers=2, top_k=2)
 
 
@@ -268,7 +281,7 @@ def test_fireworks_rows_refused_where_the_tokens_cannot_hold_them(form: str) -> 
     assert caught.value.field == "token_ids"
     assert caught.value.got == "12 token ids"
     if result.total_tokens is not None:
-        assert "result.total_tokens=13" in str(caught.value)
+        assert "result.total_tokens=14" in str(caught.value)  # 13 rows: positions 0 .. 12 of 14 tokens
     else:
         assert "rows 0 .. 12" in str(caught.value)
     assert trace.rows == 0
@@ -278,7 +291,9 @@ def test_fireworks_rows_refused_where_the_tokens_cannot_hold_them(form: str) -> 
     # r3/v1 rows are token positions: any other start is refused; a matrices list goes where start says, so start=2
     # on an empty trace leaves a gap.
     assert ("None or 0" if form != "fireworks-matrices" else "without a gap") in str(caught.value)
-    trace.add_result(result, token_ids=_TRAJECTORY[:13], start=0)  # exactly as many tokens as rows: accepted
+    # r3/v1: the tokens the payload counts, one more than its rows; a matrices list: as many tokens as rows.
+    tokens = 13 if result.total_tokens is None else 14
+    trace.add_result(result, token_ids=_TRAJECTORY[:tokens], start=0)
     assert trace.rows == 13
 
 

@@ -308,10 +308,12 @@ def test_other_formats_refuse_a_partial_mask(name: str) -> None:
 def test_other_formats_refuse_a_sequence_length_they_would_drop(name: str) -> None:
     routes = _routes()
     start = 2 if FORMATS[name].carries_start else 0
-    written = write(routes, name, start=start, total_tokens=start + len(routes))  # nothing past the rows: kept
-    assert np.array_equal(read(written, name, **SHAPE).routes, routes)
-    with pytest.raises(EncodeError, match=rf"^total_tokens must be None or start \+ rows = {start + len(routes)}"):
-        write(routes, name, start=start, total_tokens=start + len(routes) + 1)
+    end = start + len(routes)
+    for total in (end, end + 1):  # nothing past the rows, or only the last token, which is never forwarded: kept
+        written = write(routes, name, start=start, total_tokens=total)
+        assert np.array_equal(read(written, name, **SHAPE).routes, routes)
+    with pytest.raises(EncodeError, match=rf"^total_tokens must be None, start \+ rows = {end} or start \+ rows \+ 1"):
+        write(routes, name, start=start, total_tokens=end + 2)
 
 
 def test_mask_must_be_one_bool_per_row() -> None:
@@ -379,6 +381,7 @@ def test_fireworks_writer_checks_its_header_fields() -> None:
     [
         ({"start": 2**40}, "start"),  # fireworks-matrices: MemoryError from [None] * start
         ({"start": 2**32 - 1}, "start"),  # start + rows beyond the u32
+        ({"start": 2**32 - 2}, "start"),  # start + rows + 1 tokens (the last row produced one more) beyond it
         ({"total_tokens": 2**32}, "total_tokens"),
         ({"start": 1, "total_tokens": 2**40}, "total_tokens"),
     ],
@@ -395,7 +398,9 @@ def test_fireworks_matrices_never_list_more_tokens_than_their_reader_takes() -> 
     most = (1 << 30) // (64 * 64)  # the reader's default max_elements over the elements per token
     payload = write(routes, "fireworks-matrices", start=most - 1)
     assert len(payload) == most
-    cases: list[tuple[dict[str, Any], str]] = [({"start": most}, "start"), ({"total_tokens": most + 1}, "total_tokens")]
+    # total_tokens counts the sequence's tokens: a list of most entries is a sequence of most + 1.
+    assert len(write(routes, "fireworks-matrices", total_tokens=most + 1)) == most
+    cases: list[tuple[dict[str, Any], str]] = [({"start": most}, "start"), ({"total_tokens": most + 2}, "total_tokens")]
     for kwargs, field in cases:
         with pytest.raises(EncodeError) as info:
             write(routes, "fireworks-matrices", **kwargs)
@@ -643,3 +648,16 @@ def test_prime_rl_b85_is_decoded_a_piece_at_a_time() -> None:
         read(bad, "prime-rl-b85")
     assert info.value.field == "data"
     assert f"position {len(text) - 3}" in str(info.value)
+
+
+def test_fireworks_writer_counts_the_token_the_last_row_produced() -> None:
+    # r3/v1 counts start + rows + 1 tokens (the last row's position produced token start + rows): at the u32's
+    # edge, one row from start 2**32 - 3 fits, from 2**32 - 2 it does not (it used to, one token late).
+    pytest.importorskip("zstandard")
+    one = np.zeros((1, 1, 1), dtype=np.uint8)
+    written = read(write(one, "fireworks-r3v1", start=2**32 - 3), num_layers=1, top_k=1)
+    assert (written.start, written.total_tokens) == (2**32 - 3, 2**32 - 1)
+    with pytest.raises(EncodeError) as info:
+        write(one, "fireworks-r3v1", start=2**32 - 2)
+    assert info.value.field == "start"
+    assert "start + rows + 1 is a u32" in str(info.value)

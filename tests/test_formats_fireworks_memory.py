@@ -1,10 +1,12 @@
 """Issue 11.2: a Fireworks r3/v1 read (every selector mode and dtype, raw or base64, bare or in the trace
 wrapper) peaks at no more than the arrays it returns plus a few MiB of chunks: the stream is inflated straight
-into the output, and a BITMAP's compact matrix is scattered block by block, never held whole."""
+into the output, and a BITMAP's compact matrix is scattered block by block, never held whole. Token 0's matrix
+(ALL, SUFFIX from token 0, BITMAP bit 0), which no forward pass produced, is inflated in chunks and dropped."""
 
 from __future__ import annotations
 
 import base64
+import struct
 import tracemalloc
 from typing import Any
 
@@ -31,8 +33,26 @@ def _routes(dtype: str) -> np.ndarray[Any, Any]:
     return routes
 
 
+def _with_token_0(mode: int, routes: np.ndarray[Any, Any]) -> str:
+    """An r3/v1 payload built by hand whose first matrix is token 0's entry (ALL, SUFFIX from token 0, BITMAP with
+    bit 0 set), which the reader inflates and drops: ``routes`` are the rows of tokens 1 .. n-1."""
+    zstandard = pytest.importorskip("zstandard")
+    n = routes.shape[0] + 1
+    selector = np.packbits(np.ones(n, dtype=bool), bitorder="little").tobytes() if mode == 2 else b""
+    matrices = np.concatenate([routes[-1:], routes]).astype(routes.dtype.newbyteorder("<")).tobytes()
+    code = 1 if routes.dtype == np.uint8 else 2
+    header = struct.pack("<4sBBBBIIIIQ", b"R3V1", 1, mode, code, 1, n, n, 0, len(selector), len(matrices))
+    return base64.b64encode(zstandard.ZstdCompressor().compress(header + selector + matrices)).decode()
+
+
 def _payload(mode: str, routes: np.ndarray[Any, Any]) -> tuple[str, np.ndarray[Any, Any] | None]:
     if mode == "ALL":
+        return _with_token_0(0, routes), None
+    if mode == "SUFFIX-from-token-0":
+        return _with_token_0(1, routes), None
+    if mode == "BITMAP-bit-0":
+        return _with_token_0(2, routes), np.ones(TOKENS, dtype=bool)
+    if mode == "rows-from-0":
         return write(routes, "fireworks-r3v1"), None
     if mode == "SUFFIX":
         return write(routes, "fireworks-r3v1", start=7, total_tokens=TOKENS + 9), None
@@ -51,7 +71,9 @@ def _peak_of(payload: object, name: str) -> tuple[int, ReadResult]:
 
 
 @pytest.mark.parametrize("dtype", ["uint8", "uint16"])
-@pytest.mark.parametrize("mode", ["ALL", "SUFFIX", "BITMAP-all", "BITMAP-partial"])
+@pytest.mark.parametrize(
+    "mode", ["ALL", "SUFFIX-from-token-0", "BITMAP-bit-0", "rows-from-0", "SUFFIX", "BITMAP-all", "BITMAP-partial"]
+)
 def test_fireworks_read_peaks_at_its_output(mode: str, dtype: str) -> None:
     routes = _routes(dtype)
     text, keep = _payload(mode, routes)

@@ -25,14 +25,29 @@ from r3wire.formats import MISSING_ROUTE, detect, read, read_response, write
 
 T = TypeVar("T")
 VECTORS = Path(__file__).parent / "vectors"
-ENGINES: list[dict[str, Any]] = json.loads((VECTORS / "response-engines-v1.json").read_text(encoding="utf-8"))["cases"]
+
+
+def _cases(name: str) -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = json.loads((VECTORS / name).read_text(encoding="utf-8"))["cases"]
+    return cases
+
+
+# response-fireworks-v2.json supersedes the engines file's fireworks-trace case (its rows read one token late).
+FIREWORKS_V2: dict[str, Any] = json.loads((VECTORS / "response-fireworks-v2.json").read_text(encoding="utf-8"))
+SUPERSEDED = {
+    (file, name) for file, kinds in FIREWORKS_V2["supersedes"].items() for names in kinds.values() for name in names
+}
+ENGINES: list[dict[str, Any]] = [
+    case for case in _cases("response-engines-v1.json") if ("response-engines-v1.json", case["name"]) not in SUPERSEDED
+]
 # Token ids and logprobs that must agree (formats.md, "Beside the routes"): cases with results read to them, cases
 # with verdict "reject" raise DecodeError naming their field.
-# response-fireworks-v1.json is read the same way: routes a reader does not read are refused, never taken as none.
+# response-fireworks-v1.json is read the same way: routes a reader does not read are refused, never taken as none;
+# response-fireworks-v2.json: r3/v1 rows at the positions before the tokens they produced.
 ALIGNMENT: list[dict[str, Any]] = [
     case
-    for name in ("response-alignment-v1.json", "response-fireworks-v1.json")
-    for case in json.loads((VECTORS / name).read_text(encoding="utf-8"))["cases"]
+    for name in ("response-alignment-v1.json", "response-fireworks-v1.json", "response-fireworks-v2.json")
+    for case in _cases(name)
 ]
 READS = ENGINES + [c for c in ALIGNMENT if c.get("verdict") != "reject"]
 REJECTS = [c for c in ALIGNMENT if c.get("verdict") == "reject"]
@@ -67,6 +82,7 @@ def test_engine_body_reads_to_its_results(case: dict[str, Any], as_text: bool) -
 @pytest.mark.parametrize("case", REJECTS, ids=[c["name"] for c in REJECTS])
 @pytest.mark.parametrize("as_text", [False, True])
 def test_misaligned_logprobs_are_refused_at_their_path(case: dict[str, Any], as_text: bool) -> None:
+    _needs_zstd(case)
     body = orjson.dumps(case["body"]) if as_text else case["body"]
     with pytest.raises(DecodeError) as info:
         read_response(body, **case["read_args"])
@@ -326,14 +342,16 @@ def test_fireworks_zero_replayed_keeps_total_tokens() -> None:
     assert zstandard.ZstdDecompressor().decompress(base64.b64decode(again)) == _r3(
         0, 10, 0, 0, selector=b"", matrix=b""
     )
-    with pytest.raises(EncodeError, match="total_tokens must be 2"):
-        write(np.zeros((2, 2, 2), np.uint8), "fireworks-r3v1", total_tokens=10)  # ALL sends every row
+    with pytest.raises(EncodeError, match=r"total_tokens must be None or rows \+ 1 = 3"):
+        write(np.zeros((2, 2, 2), np.uint8), "fireworks-r3v1", total_tokens=10)  # rows from 0 cover the sequence
 
 
 def test_fireworks_reads_a_leading_skippable_frame() -> None:
     zstandard = pytest.importorskip("zstandard")
     skippable = struct.pack("<II", 0x184D2A53, 3) + b"abc"
-    stream = skippable + zstandard.ZstdCompressor().compress(_r3(0, 1, 1, 0, selector=b"", matrix=bytes([1, 2, 3, 4])))
+    # ALL of 2 tokens: token 0's entry (9s) is skipped, token 1's is position 0's row.
+    blob = _r3(0, 2, 2, 0, selector=b"", matrix=bytes([9, 9, 9, 9, 1, 2, 3, 4]))
+    stream = skippable + zstandard.ZstdCompressor().compress(blob)
     for payload in (stream, base64.b64encode(stream).decode()):
         result = read(payload, num_layers=2, top_k=2)
         assert result.format == "fireworks-r3v1"
@@ -343,7 +361,7 @@ def test_fireworks_reads_a_leading_skippable_frame() -> None:
 def test_fireworks_selector_in_all_mode_is_skipped_not_held() -> None:
     zstandard = pytest.importorskip("zstandard")
     # 64 MiB of meaningless selector bytes compress to a few KB; reading must not keep them.
-    raw = _r3(0, 1, 1, 0, selector=bytes(64 << 20), matrix=bytes([1, 2, 3, 4]))
+    raw = _r3(0, 2, 2, 0, selector=bytes(64 << 20), matrix=bytes([9, 9, 9, 9, 1, 2, 3, 4]))
     text = base64.b64encode(zstandard.ZstdCompressor().compress(raw)).decode()
     assert len(text) < 10_000
     assert read(text, "fireworks-r3v1", num_layers=2, top_k=2).routes.tolist() == [[[1, 2], [3, 4]]]
@@ -376,8 +394,12 @@ def test_fireworks_trace_round_trip_keeps_suffix_and_mask() -> None:
 
 def test_fireworks_matrices_write_a_suffix_as_leading_nulls() -> None:
     routes = np.arange(8, dtype=np.uint8).reshape(2, 2, 2)
-    out = write(routes, "fireworks-matrices", start=2, total_tokens=5)
+    # total_tokens counts the sequence's tokens, as in r3/v1: one entry per position but the last token's.
+    out = write(routes, "fireworks-matrices", start=2, total_tokens=6)
     assert [entry is None for entry in out] == [True, True, False, False, True]
+    assert len(write(routes, "fireworks-matrices", start=2)) == 4
+    with pytest.raises(EncodeError, match=r"total_tokens must be at least start \+ rows \+ 1 = 5"):
+        write(routes, "fireworks-matrices", start=2, total_tokens=4)
     back = read(out, num_layers=2, top_k=2)
     assert back.mask is not None
     assert back.routes[back.mask].tolist() == routes.tolist()

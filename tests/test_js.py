@@ -38,6 +38,7 @@ KINDS = {
 }
 # Formats that need zstd, which Node has no decoder for without an npm package.
 ZSTD_FORMATS = {"fireworks-r3v1", "fireworks-trace"}
+ZSTD_B64 = "KLUv/"  # base64 of the zstd magic: a body holding one is read only with zstd
 NODE_MIN_MAJOR = 18
 
 
@@ -64,11 +65,16 @@ def _own_cases() -> tuple[int, int]:
         for name in names
     }
     total = skipped = 0
-    for doc in docs.values():
+    for file, doc in docs.items():
         if "schema" not in doc and "format" not in doc and "cases" in doc:
             # Whole responses: a body holding a zstd payload (Fireworks) cannot be read without a package.
             total += len(doc["cases"])
-            skipped += sum(any(r["format"] in ZSTD_FORMATS for r in case.get("results", [])) for case in doc["cases"])
+            skipped += sum(
+                (file, "cases", case["name"]) in superseded
+                or any(r["format"] in ZSTD_FORMATS for r in case.get("results", []))
+                or ZSTD_B64 in json.dumps(case["body"])
+                for case in doc["cases"]
+            )
     for file, doc in docs.items():
         kind = f"format:{doc['format']}" if "format" in doc else f"{doc.get('schema')}/{doc.get('version')}"
         if kind in KINDS:

@@ -137,9 +137,11 @@ def test_formats_without_a_stated_start_keep_the_bound() -> None:
         assert read_response(body)[0].routes.shape[0] == rows
 
 
-def test_fireworks_suffix_may_end_at_the_last_token() -> None:
+def test_fireworks_suffix_ends_at_the_last_forwarded_token() -> None:
+    # r3/v1 indexes a matrix by the token it produced: a SUFFIX's rows run to the call's last forwarded token, n - 1,
+    # like every engine's (a row at the last token, n, was accepted while r3/v1 was read one token late).
     pytest.importorskip("zstandard")
-    for start, rows, fits in ((2, 3, True), (2, 4, True), (2, 2, False), (3, 1, False)):
+    for start, rows, fits in ((2, 3, True), (0, 5, True), (2, 2, False), (3, 1, False)):
         value = write(_rows(rows), "fireworks-r3v1", start=start, total_tokens=6)
         body = {"prompt_token_ids": [1, 2, 3], "token_ids": [4, 5, 6], "routing": {"routed_experts": value}}
         if fits:
@@ -148,7 +150,7 @@ def test_fireworks_suffix_may_end_at_the_last_token() -> None:
         with pytest.raises(DecodeError) as info:
             read_response(body, num_layers=2, top_k=2)
         assert info.value.field == "$.routing.routed_experts"
-        assert "its last token: start + rows = 5 or 6" in str(info.value)
+        assert "last forwarded token: start + rows = 5 (6 tokens" in str(info.value)
 
 
 # --- 3. an echo comes only from a `logprobs` value ---------------------------------------------------------------

@@ -142,8 +142,10 @@ KNOWN_VECTOR_FILES = [
     "arrays-v1.json",
     "formats-fireworks-matrices-blanks-v1.json",
     "formats-fireworks-matrices-v1.json",
-    "formats-fireworks-r3v1-v1.json",
-    "formats-fireworks-trace-v1.json",
+    "formats-fireworks-r3v1-v1.json",  # valid cases superseded by -v2 (read one token late)
+    "formats-fireworks-r3v1-v2.json",
+    "formats-fireworks-trace-v1.json",  # valid cases superseded by -v2 (read one token late)
+    "formats-fireworks-trace-v2.json",
     "formats-json-lists-v1.json",
     "formats-nemo-rl-v1.json",
     "formats-prime-rl-b85-v1.json",
@@ -161,6 +163,7 @@ KNOWN_VECTOR_FILES = [
     "response-errors-v2.json",
     "response-errors-v3.json",
     "response-fireworks-v1.json",
+    "response-fireworks-v2.json",
     "response-prompt-ids-v1.json",
     "response-stated-start-v1.json",
     "routes-v1-packed.json",

@@ -1846,7 +1846,7 @@ class RouteTrace:
                 rows, full or delta (vLLM, SGLang, prime-rl, a decode node), end at the call's last forwarded
                 token, the one before its last sampled token, so this places them without the caller counting
                 (and ``ReadResult.start`` may be passed as it is, ``None`` where a format carries no start, except
-                for Fireworks ALL / BITMAP and per-token matrices, whose rows start at token 0:
+                for Fireworks ALL / BITMAP and per-token matrices, whose rows start at position 0:
                 :meth:`add_result` places them there). Rows that cover every token of ``token_ids`` (a prefill
                 node's) need an explicit ``start``.
             token_ids: the call's full token sequence (prompt + completion) from trajectory position 0. Must cover
@@ -2063,8 +2063,9 @@ class RouteTrace:
         - the routes: ``result.routes``, only the ``layers`` selected when given (``slice(3, None)`` drops the
           three dense layers of a DeepSeek-V3 payload, which vLLM and SGLang write as rows of zeros);
         - where they start: ``result.start`` (prime-rl's sidecar, a Fireworks SUFFIX payload's
-          ``replay_start_token``); for a format whose rows are token positions from 0 by definition (Fireworks
-          r3/v1 ALL and BITMAP, ``fireworks-trace`` of them), row ``i`` is token ``i`` whatever ``token_ids``
+          ``replay_start_token - 1``); for a format whose rows are positions from 0 by definition (Fireworks
+          r3/v1 ALL and BITMAP, ``fireworks-trace`` of them: ``n - 1`` rows for ``total_token_count`` ``n``, row
+          ``i`` the routing at position ``i``, which produced token ``i + 1``), from 0 whatever ``token_ids``
           are given (the whole trajectory so far is fine: the rows still go from 0, and a ``start`` other than 0
           is refused); a ``fireworks-matrices`` list, which does not say where it starts, from ``start`` (a
           completion-only list, Fireworks' completions without echo, starts at ``len(prompt) - 1``), or without
@@ -2129,7 +2130,7 @@ class RouteTrace:
         if placed is not None:
             source = f"the response's own start, result.start={placed}"
         elif result.format in ROWS_FROM_ZERO:
-            placed, source = 0, f"{result.format} rows are token positions from 0: row i is token i"
+            placed, source = 0, f"{result.format} rows are positions from 0: row i is the routing at position i"
         # A list of per-token matrices says nothing of where it starts: Fireworks' own tools make it from token 0
         # or for the completion only (see _matrices_start).
         matrices = result.start is None and result.format == _PER_TOKEN_MATRICES
@@ -2152,7 +2153,7 @@ class RouteTrace:
         tokens = _result_tokens(result, token_ids, self._max_elements)
         if matrices and placed is None:
             placed = _matrices_start(n_rows, tokens.shape[0])
-            source = f"{_PER_TOKEN_MATRICES} with one entry per forwarded token of the call: row i is token i"
+            source = f"{_PER_TOKEN_MATRICES} with one entry per forwarded token of the call: row i is position i"
         if placed is not None:
             delta = result.start is not None and result.format in _DELTA_FORMATS
             _check_span(tokens.shape[0], result.total_tokens, placed, n_rows, source, to_the_end=delta)

@@ -54,8 +54,9 @@ const NOT_SEARCHED = new Set([
 const TOKEN_KEYS = ["token_ids", "output_ids"];
 const PROMPT_KEYS = ["prompt_token_ids"];
 // formats.md, "The routes fit the call": where the rows of a format whose payload states their start end, as how many
-// tokens short of the call's n (prime-rl: n - 1 - start rows; Fireworks: n - 1 or n).
-const STATED_START_ENDS = { "prime-rl": [1n], "fireworks-r3v1": [1n, 0n], "fireworks-trace": [1n, 0n] };
+// tokens short of the call's n (prime-rl: n - 1 - start rows; a Fireworks SUFFIX, read as the positions before the
+// tokens its matrices produced, too).
+const STATED_START_ENDS = { "prime-rl": [1n], "fireworks-r3v1": [1n], "fireworks-trace": [1n] };
 const INT64_MAX = (1n << 63n) - 1n;
 const LOGPROB_KEYS = ["logprobs", "output_token_logprobs"];
 // What a missing or non-finite sampled logprob becomes (docs/logprobs.md: clamp_logprobs).
@@ -495,7 +496,7 @@ export function readResponse(input, options = {}) {
         throw new DecodeError(path, `rows that fit the call: start + rows <= ${count} tokens`, `${rows} rows from ${first}`);
       }
       // A start the payload states (prime-rl; Fireworks SUFFIX) puts the rows' end where that format's rows end:
-      // the call's last forwarded token, n - 1 (Fireworks: or its last token, n).
+      // the call's last forwarded token, n - 1.
       const ends = result.start === null || result.start === undefined ? undefined : STATED_START_ENDS[format];
       if (ends !== undefined && !ends.some((short) => BigInt(first) + rows === count - short)) {
         const allowed = ends.map((short) => count - short).join(" or ");

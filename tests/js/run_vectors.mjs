@@ -316,6 +316,12 @@ function main(argv) {
     if (id === "responses") {
       let fileCases = 0;
       for (const c of doc.cases) {
+        const label = `${name} cases ${c.name}`;
+        if (superseded.has(label)) {
+          console.log(`skip ${label}: superseded by ${superseded.get(label)}`);
+          skipped++;
+          continue;
+        }
         if (tally(`${name} ${c.name}`, () => runResponseCase(c))) fileCases++;
       }
       console.log(`ok   ${name}: ${fileCases} cases (whole responses)`);

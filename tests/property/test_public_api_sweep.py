@@ -270,7 +270,7 @@ def _write_options(name: str) -> dict[str, Any]:
     if formats.FORMATS[name].carries_start:
         options["start"] = 0
     if name.startswith("fireworks"):
-        options |= {"mask": np.ones(3, bool), "total_tokens": 3}
+        options |= {"mask": np.ones(3, bool), "total_tokens": 4}  # 3 rows: positions 0 .. 2 of 4 tokens
     if name == "r3wire":
         options["pack_bits"] = True
     if name in ("sglang", "vllm-npy", "r3wire"):

@@ -114,7 +114,7 @@ def test_a_trajectory_from_bodies_replays_each_rows_own_routing(
     assert np.array_equal(flat[:length][~packed_mask[:length]], truth[replayed])
 
 
-# Fireworks payloads carry no token ids and no start. Where their rows are token positions from 0 (r3/v1 ALL and
+# Fireworks payloads carry no token ids and no start. Where their rows are positions from 0 (r3/v1 ALL and
 # BITMAP) the rows go there whatever token_ids the caller gives (review 9a, 3). A per-token matrices list says
 # nothing of where it starts (Fireworks makes it from token 0 or for the completion only, review 11b): without
 # start=, it is placed from token 0 only when it has an entry for each forwarded token of the call.
@@ -145,23 +145,26 @@ def test_fireworks_rows_land_at_their_tokens_or_are_refused(
         masked = data.draw(st.booleans(), label="masked")
         payload = formats.write(rows, format=form, mask=sent if masked else None)
         result = formats.read(payload, format=form, num_layers=layers, top_k=top_k)
-        assert result.start is None
-        # Any token count: fewer than the rows is refused (the trace unchanged). More (the whole trajectory so
-        # far, or all of it) puts row i at token i: always for r3/v1, and for a matrices list with start=0.
+        # r3wire writes r3/v1 rows from 0 without a mask as SUFFIX from token 1 (start 0), with one as BITMAP.
+        assert result.start == (0 if form != "fireworks-matrices" and not masked else None)
+        # Any token count: fewer than the payload needs is refused (the trace unchanged): r3/v1 counts the call's
+        # end tokens (total_tokens), a matrices list only holds rows. More (the whole trajectory so far, or all of
+        # it) puts row i at position i: always for r3/v1, and for a matrices list with start=0.
+        least = end - 1 if form == "fireworks-matrices" else end
         given_count = data.draw(st.integers(0, length), label="tokens given")
         explicit = data.draw(st.booleans(), label="start=0")
         matrices_refused = form == "fireworks-matrices" and not explicit and given_count != end
-        if given_count < end - 1 or matrices_refused:
+        if given_count < least or matrices_refused:
             before = _state(trace)
             start = 0 if explicit else None
             with pytest.raises(R3WireError) as caught:
                 trace.add_result(result, token_ids=tokens[:given_count], start=start)
-            assert caught.value.field == ("token_ids" if given_count < end - 1 else "start")
+            assert caught.value.field == ("token_ids" if given_count < least else "start")
             assert _state(trace) == before
             given_count = (
                 end
                 if form == "fireworks-matrices" and not explicit
-                else data.draw(st.integers(end - 1, length), label="tokens given")
+                else data.draw(st.integers(least, length), label="tokens given")
             )
         trace.add_result(result, token_ids=tokens[:given_count], start=0 if explicit else None)
         replayed[: end - 1] |= sent if masked else True

@@ -662,8 +662,8 @@ def read_response(
         per token id (an echo's prompt logprobs left out). With both prompt and completion ids,
         :meth:`ReadResult.call_token_ids` is the engine call's whole sequence, and the routes fit it:
         ``start + rows <= len(prompt) + len(completion)``, and where the payload states the start (prime-rl,
-        Fireworks SUFFIX) the rows end where that format's rows end (prime-rl: ``start + rows == n - 1``, the
-        call's last forwarded token; Fireworks: ``n - 1`` or ``n``). ``[]`` when the body has no routes.
+        Fireworks SUFFIX) the rows end where that format's rows end (``start + rows == n - 1``, the call's last
+        forwarded token). ``[]`` when the body has no routes.
 
     Raises:
         DecodeError: the body is neither JSON text nor a parsed object or array (field ``$``, naming its type),
@@ -836,13 +836,16 @@ def write(
             :class:`ReadResult`, whose ``start``, ``mask``, ``total_tokens``, ``num_experts`` and (for r3wire)
             bit-packing are used unless given here.
         format: a name from :data:`FORMATS`.
-        start: sequence position of row 0 (prime-rl, fireworks-r3v1 SUFFIX). Other formats carry no offset,
+        start: sequence position of row 0 (prime-rl, fireworks-r3v1 SUFFIX, written as ``replay_start_token``
+            ``start + 1``). Other formats carry no offset,
             so only ``None`` or 0 is accepted there.
         mask: one bool per row, false where the row was not replayed: fireworks-r3v1 and fireworks-trace write
             a BITMAP, fireworks-matrices ``null``; nemo-rl writes those rows as -1 (missing route); other formats
             accept only an all-true mask.
-        total_tokens: fireworks SUFFIX and per-token matrices: the sequence length (default ``start + rows``).
-            Other formats carry none, so only ``None`` or ``start + rows`` is accepted there.
+        total_tokens: the Fireworks formats: the sequence's token count (default ``start + rows + 1``: the last
+            row's position produced token ``start + rows``).
+            Other formats carry none, so only ``None``, ``start + rows`` or ``start + rows + 1`` (nothing past the
+            rows but the last token, never forwarded) is accepted there.
             For the Fireworks formats ``start``, ``total_tokens`` and ``start + rows`` are at most 2**32 - 1 (u32
             in r3/v1; the per-token matrices list is held to the same bound); elsewhere ``start`` is an int64.
         dtype: the element type to write, if the format allows a choice; by default each format's own rule. A
@@ -886,8 +889,11 @@ def write(
     most = MAX_TOKEN_COUNT if name in _FIREWORKS else _INT64_MAX
     if start is not None:
         start = check_int(start, "start", minimum=0, maximum=most, error=EncodeError)
-        if name in _FIREWORKS and start + rows > most:
-            raise EncodeError.make("start", f"at most {most} - rows = {most - rows} (start + rows is a u32)", start)
+        # start + rows + 1 tokens: the last row's position produced one more token, which the sequence counts.
+        if name in _FIREWORKS and start + rows + 1 > most:
+            raise EncodeError.make(
+                "start", f"at most {most} - rows - 1 = {most - rows - 1} (start + rows + 1 is a u32)", start
+            )
     if total_tokens is not None:
         total_tokens = check_int(total_tokens, "total_tokens", minimum=0, maximum=most, error=EncodeError)
     mask_array = None if mask is None else _checked_mask(mask, rows)
@@ -901,12 +907,15 @@ def write(
             )  # fmt: skip
         if name not in _MASKED:
             mask_array = None
-        if total_tokens is not None and total_tokens != (start or 0) + rows:
-            # The tokens past the last row would be dropped without a word.
+        end = (start or 0) + rows
+        # Rows through the last forwarded token (a Fireworks result's: total_tokens = start + rows + 1) or
+        # through the last token (a prefill node's) drop nothing; any other count would lose tokens past the rows
+        # without a word.
+        if total_tokens is not None and total_tokens not in (end, end + 1):
             raise EncodeError.make(
                 "total_tokens",
-                f"None or start + rows = {(start or 0) + rows} ({name} carries no sequence length; the Fireworks "
-                "formats do)",
+                f"None, start + rows = {end} or start + rows + 1 = {end + 1} ({name} carries no sequence length; "
+                "the Fireworks formats do)",
                 total_tokens,
             )
     opts = WriteOptions(

@@ -49,9 +49,10 @@ MISSING_ROUTE: Final = -1
 writes it in any slot with no routed expert. :meth:`ReadResult.route_mask` is false there."""
 
 ROWS_FROM_ZERO: Final = frozenset({"fireworks-r3v1", "fireworks-trace"})
-"""Formats whose rows, when ``start`` is ``None``, are token positions from 0 by definition: Fireworks r3/v1 ALL
-(every token's row) and BITMAP (``total_token_count`` rows, ``mask`` the replayed ones). They carry no start
-because none is needed; a SUFFIX payload's ``start`` is ``replay_start_token``. :meth:`r3wire.RouteTrace.add_result`
+"""Formats whose rows, when ``start`` is ``None``, are positions from 0 by definition: Fireworks r3/v1 ALL and
+BITMAP (``total_token_count - 1`` rows, ``mask`` the replayed ones in BITMAP; row ``i`` is the matrix the payload
+gives token ``i + 1``, the token that routing produced). They carry no start because none is needed; a SUFFIX
+payload's ``start`` is ``replay_start_token - 1``. :meth:`r3wire.RouteTrace.add_result`
 places such rows at 0, never from the end. A ``fireworks-matrices`` list is not one of them: Fireworks makes it
 from token 0 or for the completion only, and it does not say which (``add_result`` takes it from token 0 only
 when it has an entry for each forwarded token of the call, else needs ``start``)."""
@@ -67,8 +68,9 @@ class ReadResult:
             :data:`MISSING_ROUTE` (-1) where the engine recorded no expert: see :meth:`route_mask`.
         format: the format name the payload was read as (e.g. ``"vllm-npy"``).
         start: the sequence position of row 0 when the format carries one (prime-rl ``start``, Fireworks
-            SUFFIX ``replay_start_token``); ``None`` when it does not. Fireworks ALL and BITMAP payloads carry
-            none because their rows are token positions from 0 by definition
+            SUFFIX ``replay_start_token - 1``, its matrices being indexed by the token they produced); ``None``
+            when it does not. Fireworks ALL and BITMAP payloads carry none because their rows are positions from
+            0 by definition
             (:meth:`r3wire.RouteTrace.add_result` places them there). ``fireworks-matrices`` carries none either,
             and says nothing of where it starts: from token 0, or from the prompt's last token for a
             completion-only list (``add_result`` takes ``start=`` for it).

@@ -4,6 +4,11 @@ a token selector and the replayed tokens' ``[layers, top_k]`` matrices back to b
 Layout from eval-protocol/python-sdk ``eval_protocol/adapters/r3_deserializer.py`` (see ``docs/formats.md``).
 The header carries no layer count or top-k: the caller supplies both. Fireworks counts MoE layers only.
 
+Matrices are indexed by the token they produced (Fireworks' own tools read them so: fw-ai-external/python-sdk
+``deployment.py`` @04f221ac, fw-ai/cookbook ``router_replay.py`` @0ae69ef4, eval-protocol ``r3_deserializer.py``
+@3393c047): token ``t``'s matrix is position ``t - 1``'s row, and token 0's entry, produced by no forward pass, is
+inflated and dropped, never returned.
+
 Decompression is bounded: a frame declaring more than :data:`MAX_DECOMPRESSED_BYTES` is refused before it is
 decompressed, the r3/v1 header is read first, and its claims are checked against ``max_elements`` before the
 output is allocated. The matrices are then inflated straight into that output (BITMAP: in bounded token blocks
@@ -27,7 +32,6 @@ from r3wire.formats._common import (
     ReadResult,
     WriteOptions,
     b64_decoded_length,
-    check_ids,
     choose_dtype,
     first_index,
     prepared_routes,
@@ -191,10 +195,16 @@ def _shape_args(opts: ReadOptions, what: str) -> tuple[int, int]:
 def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
     """Read an ``r3/v1`` payload: base64 text of the zstd frame(s), or the compressed bytes themselves.
 
-    Returns (see :class:`ReadResult`): ALL → every token's row, ``start`` None (no rows when the header says
-    none were replayed); SUFFIX → the replayed rows only, ``start`` = ``replay_start_token``; BITMAP →
-    ``total_token_count`` rows with ``mask``, unreplayed rows zero. ``total_tokens`` is the header's
-    ``total_token_count`` in every mode.
+    The payload indexes its matrices by the token they produced: token ``t``'s matrix is the routing of the
+    forward pass that sampled token ``t``, which ran at position ``t - 1`` (Fireworks' own tools read it so; see
+    ``docs/formats.md``). Token 0's entry, which no forward pass produced, is skipped, never returned. So row
+    ``r`` of the result is the routing at position ``start + r`` (``start`` None: 0), as for every format.
+
+    Returns (see :class:`ReadResult`): ALL of ``n`` tokens → ``n - 1`` rows (tokens 1 .. n-1), ``start`` None
+    (no rows when the header says none were replayed); SUFFIX from ``replay_start_token`` ``s`` → the replayed
+    rows, ``start`` = ``s - 1`` (``s`` = 0: the first matrix is token 0's, skipped, ``start`` 0); BITMAP of
+    ``n`` tokens → ``n - 1`` rows with ``mask`` (``mask[p]`` = bit ``p + 1``), unreplayed rows zero.
+    ``total_tokens`` is the header's ``total_token_count`` in every mode.
 
     Raises:
         ImportError: the ``zstd`` extra (zstandard) is not installed.
@@ -246,9 +256,13 @@ def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
             f"{dtype.itemsize} bytes)",
             matrix_len,
         )
-    # The header's claims, checked before anything they size is inflated or allocated: the output array (all
-    # tokens in BITMAP mode) against max_elements, and everything still to inflate against the 1 GiB cap.
-    rows = total if mode == SELECTOR_BITMAP else replayed
+    # Token 0's matrix (ALL, and SUFFIX from token 0, when any is sent) is never returned: no forward pass
+    # produced token 0. BITMAP decides from bit 0 once the selector is read.
+    skip = int(replayed > 0 and (mode == SELECTOR_ALL or (mode == SELECTOR_SUFFIX and first == 0)))
+    # The header's claims, checked before anything they size is inflated or allocated: the output array (every
+    # position but the last token's in BITMAP mode) against max_elements, and everything still to inflate
+    # against the 1 GiB cap.
+    rows = max(total - 1, 0) if mode == SELECTOR_BITMAP else replayed - skip
     check_element_count(check_shape((rows, num_layers, top_k), "shape", ndim=3), opts.max_elements)
     body_len = selector_len + matrix_len
     if HEADER.size + body_len > MAX_DECOMPRESSED_BYTES:
@@ -259,25 +273,46 @@ def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
             raw=True,
         )
     native = dtype.newbyteorder("=")
+    row_bytes = num_layers * top_k * dtype.itemsize
     if mode != SELECTOR_BITMAP:
         inflater.skip(selector_len, "selector")  # meaningless in ALL and SUFFIX mode: never held in memory
-        routes = np.empty((replayed, num_layers, top_k), dtype=native)
-        inflater.read_into(routes, "matrices")
+        inflater.skip(skip * row_bytes, "matrices")  # token 0's matrix: a chunk at a time, never the body
+        routes = np.empty((rows, num_layers, top_k), dtype=native)
+        inflater.read_into(routes, "matrices", skip * row_bytes, matrix_len)
         _check_end(inflater)
         if not dtype.isnative:
             routes.byteswap(inplace=True)
-        check_ids(routes, "matrix", num_experts=opts.num_experts)
-        start = first if mode == SELECTOR_SUFFIX else None
+        _check_matrix_ids(routes, skip, opts.num_experts)
+        start = (max(first - 1, 0)) if mode == SELECTOR_SUFFIX else None
         return ReadResult(routes=routes, format="fireworks-r3v1", start=start, total_tokens=total)
-    mask = _read_mask(inflater, total)
-    set_bits = int(np.count_nonzero(mask))
+    bits = _read_mask(inflater, total)
+    set_bits = int(np.count_nonzero(bits))
+    skip = int(total > 0 and bool(bits[0]))
+    mask = bits[1:]  # mask[p] is bit p + 1: position p's routing produced token p + 1
     # Rows only when the selector agrees with the header; otherwise the matrices are still inflated (and their
     # ids checked) block by block, so the errors come in the same order as ever.
-    dense = np.zeros((total, num_layers, top_k), dtype=native) if set_bits == replayed else None
-    _scatter_matrices(inflater, mask, dense, (replayed, num_layers, top_k), dtype, num_experts=opts.num_experts)
+    dense = np.zeros((rows, num_layers, top_k), dtype=native) if set_bits == replayed else None
+    if dense is not None:
+        inflater.skip(skip * row_bytes, "matrices")
+    else:
+        skip = 0
+    _scatter_matrices(
+        inflater, mask, dense, (replayed - skip, num_layers, top_k), dtype, num_experts=opts.num_experts, skipped=skip
+    )
     if dense is None:
         raise _field_error("selector", f"{replayed} set bits (replayed_token_count)", set_bits)
     return ReadResult(routes=dense, format="fireworks-r3v1", mask=mask, total_tokens=total)
+
+
+def _check_matrix_ids(routes: np.ndarray[Any, Any], skipped: int, num_experts: int | None) -> None:
+    """Every id below ``num_experts``, as :func:`check_ids` checks them; the first bad one is named by its matrix
+    in the payload (``skipped`` matrices precede ``routes[0]``) and shown as the id there."""
+    if num_experts is None or not routes.size or int(routes.max()) < num_experts:
+        return
+    where = first_index(routes >= num_experts)
+    got = int(routes[tuple(where)])
+    where[0] += skipped
+    raise DecodeError.make(f"matrix{where}", f"an expert id below num_experts={num_experts}", got)
 
 
 def _check_end(inflater: _Inflater) -> None:
@@ -309,10 +344,12 @@ def _scatter_matrices(
     dtype: np.dtype[Any],
     *,
     num_experts: int | None,
+    skipped: int = 0,
 ) -> None:
     """Inflate the compact ``[replayed, layers, top_k]`` matrices in bounded blocks, scattering each block into
     the rows of ``routes`` the mask selects (when given), then check the stream ends and every id is below
-    ``num_experts``, naming the first bad one by its compact index and the highest, as :func:`check_ids` does."""
+    ``num_experts``, naming the first bad one by its compact index in the payload (``skipped`` matrices were
+    inflated and dropped before these) and the highest, as :func:`check_ids` does."""
     replayed, num_layers, top_k = shape
     row_bytes = max(1, num_layers * top_k * dtype.itemsize)
     block_rows = max(1, min(_BLOCK_BYTES // row_bytes, _BLOCK_BYTES // 8))
@@ -325,14 +362,14 @@ def _scatter_matrices(
     while done < replayed:
         count = min(block_rows, replayed - done)
         block = buffer[:count]
-        inflater.read_into(block, "matrices", done * row_bytes, replayed * row_bytes)
+        inflater.read_into(block, "matrices", (skipped + done) * row_bytes, (skipped + replayed) * row_bytes)
         if not dtype.isnative:
             block.byteswap(inplace=True)
         if num_experts is not None and block.size:
             high = max(high, int(block.max()))
             if first_bad is None and high >= num_experts:
                 first_bad = first_index(block >= num_experts)
-                first_bad[0] += done
+                first_bad[0] += skipped + done
         if routes is not None:
             # The selector has exactly `replayed` set bits here: walk it in token windows until this block's
             # rows are placed, holding at most one window of positions.
@@ -353,13 +390,20 @@ def _scatter_matrices(
 
 
 def write_fireworks(routes: object, opts: WriteOptions, *, format_name: str = "fireworks-r3v1") -> str:
-    """Write an ``r3/v1`` payload: BITMAP when a ``mask`` is given (unmasked rows are not sent), SUFFIX when a
-    ``start`` is given (``total_tokens`` defaults to ``start + rows``), ALL otherwise (no rows with a
-    ``total_tokens``: ALL with nothing replayed, as read); uint8 if the ids (or ``num_experts - 1``) fit, else
-    uint16. ``format_name``: the format the caller asked for, named in a dtype error.
+    """Write an ``r3/v1`` payload, the exact inverse of :func:`read_fireworks`: the row at position ``p`` is sent
+    as the matrix of token ``p + 1``, the token it produced.
+
+    BITMAP when a ``mask`` is given (bit ``p + 1`` = ``mask[p]``, bit 0 clear; rows where it is false are not
+    sent; ``total_token_count`` = rows + 1); SUFFIX otherwise, with ``replay_start_token`` = ``start + 1``
+    (``start`` None: 0), ``total_tokens`` defaulting to ``start + rows + 1``. ALL is never written for rows:
+    it needs token 0's matrix, which no forward pass produced and no result holds; no rows without a ``start``
+    are ALL with nothing replayed (``total_tokens`` kept, default 0), as read. uint8 if the ids (or
+    ``num_experts - 1``) fit, else uint16. ``format_name``: the format the caller asked for, named in a dtype
+    error.
 
     Raises:
-        EncodeError: ids above 65535, counts beyond 32 bits, or inconsistent ``start``/``mask``/``total_tokens``.
+        EncodeError: ids above 65535, counts beyond 32 bits (``start + rows + 1`` tokens), or inconsistent
+            ``start``/``mask``/``total_tokens``.
         ImportError: the ``zstd`` extra (zstandard) is not installed.
     """
     arr, low, high = prepared_routes(routes, num_experts=opts.num_experts)
@@ -369,28 +413,49 @@ def write_fireworks(routes: object, opts: WriteOptions, *, format_name: str = "f
         low, high, requested=opts.dtype, allowed=tuple(_CODE_OF), ladder=tuple(_CODE_OF), format_name=format_name
     )
     rows = int(arr.shape[0])
+    begin = opts.start or 0
+    if begin + rows + 1 > _U32:
+        # The sequence counts one token past the last row's position (the token that row produced).
+        field = "start" if begin else "routes"
+        raise EncodeError.make(
+            field,
+            f"start + rows + 1 at most {_U32} (r3/v1 counts start + rows + 1 tokens in a u32)",
+            f"start {begin} + {rows} rows + 1",
+            raw=True,
+        )
     selector = b""
     first = 0
     if opts.mask is not None:
         if opts.start:
             raise EncodeError.make("start", "0 or None with a mask (BITMAP covers the whole sequence)", opts.start)
-        mode, total, matrix = SELECTOR_BITMAP, rows, arr[opts.mask]
-        selector = np.packbits(opts.mask, bitorder="little").tobytes()
-    elif opts.start is not None:
-        mode, first, matrix = SELECTOR_SUFFIX, opts.start, arr
-        total = first + rows if opts.total_tokens is None else opts.total_tokens
-        if first + rows > total:
-            raise EncodeError.make("total_tokens", f"at least start + rows = {first + rows}", total)
+        # An empty sequence (total_tokens 0) has no token 1 to carry bit 1: nothing to send, no selector.
+        empty = not rows and opts.total_tokens == 0
+        mode, total, matrix = SELECTOR_BITMAP, 0 if empty else rows + 1, arr[opts.mask]
+        bits = np.zeros(total, dtype=np.bool_)
+        bits[1:] = opts.mask
+        selector = np.packbits(bits, bitorder="little").tobytes()
+    elif opts.start is not None or rows:
+        mode, first, matrix = SELECTOR_SUFFIX, begin + 1, arr
+        total = begin + rows + 1 if opts.total_tokens is None else opts.total_tokens
+        if not begin + rows and total == 0:
+            first = 0  # an empty sequence: nothing replayed from token 0, as it reads back (start 0, no rows)
+        elif begin + rows + 1 > total:
+            raise EncodeError.make(
+                "total_tokens",
+                f"at least start + rows + 1 = {begin + rows + 1} (the last row's position produced token start + rows)",
+                total,
+            )
+        if opts.start is None and total != rows + 1:
+            raise EncodeError.make(
+                "total_tokens", f"None or rows + 1 = {rows + 1} (rows from position 0 without a start)", total
+            )
     else:
-        mode, total, matrix = SELECTOR_ALL, rows, arr
-        if not rows and opts.total_tokens is not None:
-            total = opts.total_tokens  # ALL with nothing replayed (the reader's test_zero_replayed_tokens case)
+        # ALL with nothing replayed (the reader's test_zero_replayed_tokens case): the sequence length kept.
+        mode, total, matrix = SELECTOR_ALL, opts.total_tokens or 0, arr
     if opts.total_tokens is not None and opts.total_tokens != total:
-        raise EncodeError.make(
-            "total_tokens", f"{total} (the rows sent in {_SELECTOR_NAMES[mode]} mode)", opts.total_tokens
-        )
-    if total > _U32 or first > _U32:
-        raise EncodeError.make("total_tokens", f"at most {_U32} (a u32 in the r3/v1 header)", max(total, first))
+        raise EncodeError.make("total_tokens", f"{total} (rows + 1 in {_SELECTOR_NAMES[mode]} mode)", opts.total_tokens)
+    if total > _U32:
+        raise EncodeError.make("total_tokens", f"at most {_U32} (a u32 in the r3/v1 header)", total)
     wire = np.asarray(matrix, dtype=np.dtype(name).newbyteorder("<"), order="C")
     header = HEADER.pack(
         R3V1_MAGIC, R3V1_VERSION, mode, _CODE_OF[name], FLAG_LITTLE_ENDIAN, total, int(wire.shape[0]), first,

@@ -5,9 +5,11 @@ Trace API (``trace["payloads"]["router_replay"]``)::
 
     {"manifest": {"PayloadVersion": "r3/v1", "Compression": "zstd"}, "data": "<base64 of the r3/v1 zstd stream>"}
 
-Per-token matrices: a JSON list with one entry per token, either ``null`` (not replayed) or the standard base64 of
-that token's ``[num_layers, top_k]`` matrix, little-endian uint8 or uint16 (no dtype travels: it follows from the
-length, which the caller's ``num_layers`` and ``top_k`` fix).
+Per-token matrices: a JSON list of entries, each ``null`` (not replayed) or the standard base64 of one
+``[num_layers, top_k]`` matrix, little-endian uint8 or uint16 (no dtype travels: it follows from the length, which
+the caller's ``num_layers`` and ``top_k`` fix). Entry ``i`` is the routing of one forward pass, read as a position:
+the decoder's per-token list less its first entry (as Fireworks' SDK trains on it) is positions from 0, entry ``p``
+the matrix of token ``p + 1``; a completion-only list starts at the prompt's last token.
 
 Layouts from eval-protocol/python-sdk ``eval_protocol/adapters/r3_deserializer.py`` and
 ``tests/adapters/test_r3_deserializer.py`` @3393c047 (see ``docs/formats.md``).
@@ -212,13 +214,15 @@ def read_fireworks_matrices(payload: object, opts: ReadOptions) -> ReadResult:
 
 def write_fireworks_matrices(routes: object, opts: WriteOptions) -> list[str | None]:
     """Write one base64 ``[num_layers, top_k]`` matrix per row, ``None`` where ``mask`` is false: uint8 if the ids
-    (or ``num_experts - 1``) fit, else uint16. A ``start`` becomes that many leading ``None`` entries and a
-    ``total_tokens`` beyond ``start + rows`` trailing ones, as Fireworks' decoder lays out a SUFFIX payload.
+    (or ``num_experts - 1``) fit, else uint16. Entry ``p`` is position ``p``'s routing (the list Fireworks' SDK
+    trains on: the decoder's per-token list less its first entry). A ``start`` becomes that many leading ``None``
+    entries; ``total_tokens`` is the sequence's token count, as in r3/v1, so the list has ``total_tokens - 1``
+    entries (default ``start + rows + 1``: none trailing), the last token's position never forwarded.
 
     Raises:
-        EncodeError: ids above 65535 or negative, ``total_tokens`` below ``start + rows``, or a sequence
-            (``total_tokens``, else ``start + rows``) of more than ``DEFAULT_MAX_ELEMENTS // (layers * top_k)``
-            tokens.
+        EncodeError: ids above 65535 or negative, ``total_tokens`` below ``start + rows + 1``, or a list
+            (``total_tokens - 1``, else ``start + rows`` entries) of more than
+            ``DEFAULT_MAX_ELEMENTS // (layers * top_k)`` tokens.
     """
     arr, low, high = prepared_routes(routes, num_experts=opts.num_experts)
     if opts.num_experts is not None and opts.dtype is None:
@@ -228,23 +232,28 @@ def write_fireworks_matrices(routes: object, opts: WriteOptions) -> list[str | N
     )
     rows, layers, top_k = (int(n) for n in arr.shape)
     first = opts.start or 0
-    total = first + rows if opts.total_tokens is None else opts.total_tokens
-    if total < first + rows:
-        raise EncodeError.make("total_tokens", f"at least start + rows = {first + rows}", total)
-    # One list entry per token: no more tokens than the reader accepts by default (tokens x layers x top_k within
+    # One entry per forwarded position: a sequence of total tokens has total - 1 (none for an empty one).
+    entries = first + rows if opts.total_tokens is None else max(opts.total_tokens - 1, 0)
+    if entries < first + rows or (opts.total_tokens == 0 and first + rows):
+        raise EncodeError.make(
+            "total_tokens",
+            f"at least start + rows + 1 = {first + rows + 1} (the last row's position produced token start + rows)",
+            opts.total_tokens,
+        )
+    # One list entry per position: no more than the reader accepts by default (entries x layers x top_k within
     # DEFAULT_MAX_ELEMENTS), so a large start or total_tokens is refused here instead of exhausting memory.
     most = min(DEFAULT_MAX_ELEMENTS // max(1, layers * top_k), MAX_MATRIX_TOKENS)
-    if total > most:
+    if entries > most:
         field = "total_tokens" if opts.total_tokens is not None else "start" if first else "routes"
         raise EncodeError.make(
             field,
-            f"a sequence of at most {most} tokens ({layers} layers x {top_k} top_k per token, within the readers' "
+            f"a list of at most {most} entries ({layers} layers x {top_k} top_k per token, within the readers' "
             f"default max_elements = {DEFAULT_MAX_ELEMENTS}, and at most {MAX_MATRIX_TOKENS} list entries)",
-            f"{total} tokens",
+            f"{entries} entries",
             raw=True,
         )
     keep = None if opts.mask is None else opts.mask.tolist()
     out: list[str | None] = [None] * first
     out += [None if keep is not None and not keep[i] else b64_array(arr[i], name) for i in range(rows)]
-    out += [None] * (total - first - rows)
+    out += [None] * (entries - first - rows)
     return out

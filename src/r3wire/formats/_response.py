@@ -337,16 +337,12 @@ def beside_routes(found: Found, *, max_elements: int | None = None) -> Beside:
     return Beside(token_ids, prompt_ids, result, ids_parts, prompt_parts)
 
 
-# Formats whose payload states the start of its rows, and where those rows may end in a call of n tokens (when
+# Formats whose payload states the start of its rows, which then end at n - 1 in a call of n tokens (when
 # read_response has the call's prompt and completion ids): prime-rl's (and dynamo's vLLM backend, which forwards
 # prime-rl's object) are n - 1 - start rows by definition, ending at the call's last forwarded token (docs/formats.md,
-# "The call's token ids"); Fireworks' rows count tokens of the whole sequence (an ALL payload holds one per token,
-# total_token_count of them: docs/formats.md, `fireworks-r3v1`), so a SUFFIX may also end at the last token, n.
-_STATED_START_ENDS: Final = {
-    "prime-rl": (1,),
-    "fireworks-r3v1": (1, 0),
-    "fireworks-trace": (1, 0),
-}
+# "The call's token ids"); a Fireworks SUFFIX's rows too: its matrices are indexed by the token they produced, read
+# as the positions before them (docs/formats.md, `fireworks-r3v1`), so its last row is the last forwarded token's.
+_STATED_START_FORMATS: Final = frozenset({"prime-rl", "fireworks-r3v1", "fireworks-trace"})
 
 
 def check_call_fits(
@@ -358,7 +354,7 @@ def check_call_fits(
     rows from position 0 (the engines send ``n - 1``: the last sampled token is never forwarded). More rows than
     that cannot belong to the call: the body's routes and token ids are misaligned. When the payload itself states
     the start (``format_name`` prime-rl, or a Fireworks SUFFIX), the rows must also end where that format's rows
-    end: ``start + rows == n - 1`` (prime-rl sends ``n - 1 - start`` rows), or ``n - 1`` or ``n`` for Fireworks. A
+    end: ``start + rows == n - 1`` (prime-rl sends ``n - 1 - start`` rows; a Fireworks SUFFIX's rows end there too). A
     stated start off by one, or rows stopping short, would otherwise put every row on another token.
 
     Raises:
@@ -377,19 +373,11 @@ def check_call_fits(
         )
         got = f"start {first} + {rows} rows = {first + rows}" if first else f"{rows} rows"
         raise relocated(DecodeError.make(None, expected, got, raw=True), routes_parts)
-    ends = _STATED_START_ENDS.get(format_name or "") if start is not None else None
-    if ends is None:
-        return
-    allowed = [tokens - short for short in ends]
-    if first + rows in allowed:
+    if start is None or format_name not in _STATED_START_FORMATS or first + rows == tokens - 1:
         return
     expected = (
-        "rows that end at the call's last forwarded token"
-        + ("" if len(ends) == 1 else " or its last token")
-        + f": start + rows = {' or '.join(map(str, allowed))} ({tokens} tokens: {counts}; {format_name} states "
-        "its start, and its rows run from it to "
-        + ("the call's last forwarded token, n - 1" if len(ends) == 1 else "n - 1 or the last token, n")
-        + ")"
+        f"rows that end at the call's last forwarded token: start + rows = {tokens - 1} ({tokens} tokens: {counts}; "
+        f"{format_name} states its start, and its rows run from it to the call's last forwarded token, n - 1)"
     )
     got = f"start {first} + {rows} rows = {first + rows}"
     raise relocated(DecodeError.make(None, expected, got, raw=True), routes_parts)
