@@ -291,9 +291,14 @@ def test_fireworks_rows_refused_where_the_tokens_cannot_hold_them(form: str) -> 
     # r3/v1 rows are token positions: any other start is refused; a matrices list goes where start says, so start=2
     # on an empty trace leaves a gap.
     assert ("None or 0" if form != "fireworks-matrices" else "without a gap") in str(caught.value)
-    # r3/v1: the tokens the payload counts, one more than its rows; a matrices list: as many tokens as rows.
-    tokens = 13 if result.total_tokens is None else 14
-    trace.add_result(result, token_ids=_TRAJECTORY[:tokens], start=0)
+    # One more token than rows in every form: the last token has no forward pass (r3/v1 counts it in its
+    # total_tokens; a matrices list that reached it would still hold token 0's entry, and is refused).
+    if form == "fireworks-matrices":
+        with pytest.raises(R3WireError) as caught:
+            trace.add_result(result, token_ids=_TRAJECTORY[:13], start=0)
+        assert caught.value.field == "start"
+        assert "routing_matrices[1:]" in str(caught.value)
+    trace.add_result(result, token_ids=_TRAJECTORY[:14], start=0)
     assert trace.rows == 13
 
 

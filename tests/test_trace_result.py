@@ -773,9 +773,10 @@ def test_logprobs_given_again_for_a_token_follow_on_conflict() -> None:
     ("logprobs", "token_ids", "field", "expected"),
     [
         ([-1.0], None, "logprobs", "given with token_ids"),
-        ([[-1.0]], TOKENS[:6], "logprobs", "a 1-d float array"),
-        ([1, 2], TOKENS[:6], "logprobs", "a 1-d float array"),
-        (np.array([-1.0] * 7), TOKENS[:6], "logprobs", "at most 6 values"),
+        ([[-1.0]], TOKENS[:6], "logprobs", "a 1-d array"),
+        ([True, False], TOKENS[:6], "logprobs.dtype", "a float or integer dtype"),
+        ([0, (1 << 53) + 1], TOKENS[:6], "logprobs[1]", "a logprob float64 holds exactly"),
+        (np.array([-1.0] * 7), TOKENS[:6], "logprobs", "at most len(token_ids)=6 values"),
         ([-1.0, float("nan")], TOKENS[:6], "logprobs[1]", "a finite logprob"),
         ([-1.0, float("-inf")], TOKENS[:6], "logprobs[1]", "a finite logprob"),
     ],
@@ -797,4 +798,51 @@ def test_a_longer_float_than_float64_is_refused_rather_than_rounded() -> None:
         pytest.skip("this platform's long double is float64")  # pragma: no cover
     with pytest.raises(R3WireError) as caught:
         RouteTrace().add(TRUTH[:5], token_ids=TOKENS[:6], logprobs=wide)
-    assert caught.value.field == "logprobs"
+    assert caught.value.field == "logprobs.dtype"
+    assert "a longer float would be rounded" in str(caught.value.expected)
+
+
+def test_integer_logprobs_are_taken_exactly() -> None:
+    # A JSON encoder may write a greedy token's 0.0 as 0.
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add(TRUTH[:5], token_ids=TOKENS[:6], logprobs=[0, -1])
+    assert trace.logprobs is not None
+    assert trace.logprobs.tolist() == [0.0] * 4 + [0.0, -1.0]
+
+
+def test_add_result_names_its_logprobs_as_the_results() -> None:
+    result = formats.ReadResult(
+        routes=TRUTH[:3], format="x", token_ids=np.array(TOKENS[3:4]), logprobs=np.array([-1.0])
+    )
+    trace = RouteTrace(num_experts=EXPERTS)
+    trace.add_result(result, token_ids=TOKENS[:4])
+    other = formats.ReadResult(routes=TRUTH[:3], format="x", token_ids=np.array(TOKENS[3:4]), logprobs=np.array([-2.0]))
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(other, token_ids=TOKENS[:4], on_conflict="raise")
+    assert caught.value.field == "result.logprobs[0]"
+    assert str(caught.value).startswith("result.logprobs[0] must be -1.0")
+
+
+def test_a_matrices_list_given_a_start_must_not_reach_the_last_token() -> None:
+    # Fireworks' decoder list keeps token 0's entry: n entries for n tokens. Given start=0 it would put every row
+    # one token late; it is refused, naming the fix.
+    positions = TRUTH[:3]  # positions 0 .. 2 of a 4-token call
+    decoder_list = formats.write(np.concatenate([TRUTH[9:10], positions]), format="fireworks-matrices")
+    whole = formats.read(decoder_list, format="fireworks-matrices", num_layers=LAYERS, top_k=TOP_K)
+    trace = RouteTrace(num_experts=EXPERTS)
+    with pytest.raises(R3WireError) as caught:
+        trace.add_result(whole, token_ids=TOKENS[:4], start=0)
+    assert caught.value.field == "start"
+    assert "routing_matrices[1:]" in str(caught.value.expected)
+    assert trace.rows == 0
+    dropped = formats.read(decoder_list[1:], format="fireworks-matrices", num_layers=LAYERS, top_k=TOP_K)
+    trace.add_result(dropped, token_ids=TOKENS[:4], start=0)
+    assert np.array_equal(trace.finalize()[0], positions)
+
+
+def test_more_rows_than_tokens_with_a_given_start_are_refused_as_not_fitting() -> None:
+    result = formats.ReadResult(routes=TRUTH[:5], format="x")
+    with pytest.raises(R3WireError) as caught:
+        RouteTrace().add_result(result, token_ids=TOKENS[:3], start=0)
+    assert caught.value.field == "routes"
+    assert "at most 3 rows" in str(caught.value.expected)

@@ -250,8 +250,15 @@ _ROUTES_ELEMENT: Final = re.compile(r"routes\[row (\d+), layer (\d+)(, slot \d+)
 def _in_result(error: R3WireError, picked: Sequence[int] | None) -> R3WireError:
     """``error`` about an element of the routes :meth:`RouteTrace.add_result` passed on (``routes[row r, layer l,
     ...]``, named by :func:`_where`) renamed to the element of ``result.routes`` the caller can look up: layer
-    ``picked[l]`` when layers were selected. Any other error is returned as it is."""
+    ``picked[l]`` when layers were selected; one about its logprobs renamed to ``result.logprobs``. Any other
+    error is returned as it is."""
     field = error.field
+    if field is not None and (field == "logprobs" or field.startswith("logprobs[")):
+        # add()'s logprobs are result.logprobs here.
+        renamed = f"result.{field}"
+        message = str(error)
+        message = renamed + message[len(field) :] if message.startswith(field) else f"{renamed}: {message}"
+        return type(error)(message, field=renamed, expected=error.expected, got=error.got)
     found = None if field is None else _ROUTES_ELEMENT.fullmatch(field)
     if found is None:
         return error
@@ -1562,8 +1569,8 @@ def _check_given_start(count: int, start: int, rows: int) -> None:
     The body's ids fix the call's length, so a start that ends the rows anywhere else puts every row against
     another token (``start=0`` on a delta, a start one off) and would show only as conflicts.
     """
-    if start + rows in (count - 1, count):
-        return
+    if start + rows in (count - 1, count) or rows > count:
+        return  # more rows than tokens: add() refuses them as rows that do not fit the call
     ends = [str(end) for end in (count - 1 - rows, count - rows) if end >= 0]
     raise _fail(
         "start",
@@ -1575,16 +1582,28 @@ def _check_given_start(count: int, start: int, rows: int) -> None:
 
 
 def _as_call_logprobs(value: object, count: int) -> Array:
-    """A call's sampled logprobs as a 1-d float64 array of at most ``count`` finite values (its last tokens')."""
+    """A call's sampled logprobs as a 1-d float64 array of at most ``count`` finite values (its last tokens').
+
+    Floats of at most 8 bytes and integers within 2**53 convert to float64 exactly (a JSON encoder may write 0.0
+    as 0); anything else would be rounded, and is refused.
+    """
     arr = _from_caller(value, "logprobs")
-    # At most 8 bytes: float16/32/64 widen to float64 exactly; a longer float would be rounded.
-    floats = arr.dtype.kind == "f" and arr.dtype.itemsize <= 8
-    if arr.ndim != 1 or not (floats or (arr.size == 0 and _neutral_empty(value, arr))):
-        raise _fail("logprobs", "a 1-d float array (one sampled logprob per completion token)", describe(value))
+    if arr.ndim != 1:
+        raise _fail("logprobs", "a 1-d array (one sampled logprob per completion token)", f"shape {list(arr.shape)}")
+    kind = arr.dtype.kind
+    if kind == "f" and arr.dtype.itemsize > 8:
+        raise _fail("logprobs.dtype", "float16, float32 or float64 (a longer float would be rounded)", str(arr.dtype))
+    if kind in "iu" and arr.size:
+        low, high = int(arr.min()), int(arr.max())
+        if max(-low, high) > 1 << 53:
+            bad = int(np.argmax((arr > (1 << 53)) | (arr < -(1 << 53))))
+            raise _fail(f"logprobs[{bad}]", "a logprob float64 holds exactly", int(arr[bad]))
+    elif kind != "f" and not (arr.size == 0 and _neutral_empty(value, arr)):
+        raise _fail("logprobs.dtype", "a float or integer dtype (sampled logprobs)", str(arr.dtype))
     if arr.shape[0] > count:
         raise _fail(
             "logprobs",
-            f"at most {count} values, one per token of the call's completion (they sit on its last tokens)",
+            f"at most len(token_ids)={count} values (one per completion token: they sit on the call's last tokens)",
             f"{arr.shape[0]} values",
         )
     values = arr.astype(np.float64)  # a copy: the caller's array may change after the call
@@ -1660,6 +1679,7 @@ class RouteTrace:
         "_limit",
         "_logprobs",
         "_max_elements",
+        "_n_sampled",
         "_n_tokens",
         "_num_experts",
         "_rows",
@@ -1697,10 +1717,12 @@ class RouteTrace:
         self._conflicts = 0
         self._shared = False  # finalize() handed out the buffer: "replace" must copy before writing into it
         self._kept: Array | None = None  # per recorded row, replayed by some call; None: every row so far
-        # Per token position from 0, the sampled logprob a call reported and whether one did; None until a call
-        # gives logprobs. Either may be shorter than the recorded tokens: positions past it have none.
+        # Per token position from 0, the sampled logprob a call reported and whether one did, in buffers grown by
+        # doubling (as the token ids'); None until a call gives logprobs. The first _n_sampled positions are
+        # covered; recorded tokens past them have none.
         self._logprobs: Array | None = None
         self._sampled: Array | None = None
+        self._n_sampled = 0
 
     @property
     def rows(self) -> int:
@@ -1744,7 +1766,7 @@ class RouteTrace:
         if self._logprobs is None:
             return None
         out = np.zeros(self._n_tokens, dtype=np.float64)
-        out[: self._logprobs.shape[0]] = self._logprobs
+        out[: self._n_sampled] = self._logprobs[: self._n_sampled]
         return out
 
     @property
@@ -1757,7 +1779,7 @@ class RouteTrace:
         if self._sampled is None:
             return None
         out = np.zeros(self._n_tokens, dtype=np.bool_)
-        out[: self._sampled.shape[0]] = self._sampled
+        out[: self._n_sampled] = self._sampled[: self._n_sampled]
         return out
 
     @property
@@ -1820,8 +1842,9 @@ class RouteTrace:
         branch._tokens = None if self._tokens is None else self._tokens[:keep].copy()
         branch._verified, branch._conflicts, branch._shared = self._verified, 0, False
         branch._kept = None if self._kept is None else self._kept[: branch._rows].copy()
-        branch._logprobs = None if self._logprobs is None else self._logprobs[:keep].copy()
-        branch._sampled = None if self._sampled is None else self._sampled[:keep].copy()
+        branch._n_sampled = min(self._n_sampled, keep)
+        branch._logprobs = None if self._logprobs is None else self._logprobs[: branch._n_sampled].copy()
+        branch._sampled = None if self._sampled is None else self._sampled[: branch._n_sampled].copy()
         return branch
 
     def add(
@@ -1963,7 +1986,7 @@ class RouteTrace:
         if logprobs is not None:
             if tokens is None:
                 raise _fail("logprobs", "given with token_ids (they sit on the call's last tokens)", "no token_ids")
-            sampled = self._sampled_room(_as_call_logprobs(logprobs, tokens.shape[0]), tokens.shape[0], policy)
+            sampled = self._sampled_plan(_as_call_logprobs(logprobs, tokens.shape[0]), tokens.shape[0], policy)
         # Every check passed. Both buffers are reserved before anything is recorded, so a failed allocation
         # leaves the trace unchanged.
         replace = differing is not None and policy == "replace"
@@ -1993,36 +2016,57 @@ class RouteTrace:
             assert tokens is not None
             self._record_tokens(tokens, room)
         if sampled is not None:
-            self._logprobs, self._sampled = sampled
+            self._record_sampled(*sampled)
         self._verified = tokens is not None
 
-    def _sampled_room(self, values: Array, count: int, policy: str) -> tuple[Array, Array]:
-        """The logprob and sampled buffers with ``values`` placed on a call's last ``len(values)`` of ``count``
-        tokens, as new arrays (the trace is not changed yet); recorded logprobs that differ are kept, replaced or
-        refused (``policy``)."""
+    def _sampled_plan(self, values: Array, count: int, policy: str) -> tuple[Array, Array, Array, Array, int]:
+        """Check ``values``, a call's logprobs on its last ``len(values)`` of ``count`` tokens, against the recorded
+        ones (``policy``: a differing one is kept, replaced or refused) and reserve room for them; the trace is not
+        changed yet. Returns what :meth:`_record_sampled` writes: the (possibly new) buffers, the values, which
+        of them to take, and the call's end."""
         first = count - values.shape[0]
-        held = 0 if self._logprobs is None else self._logprobs.shape[0]
-        size = max(held, count)
-        lp = np.zeros(size, dtype=np.float64)
-        was = np.zeros(size, dtype=np.bool_)
-        if self._logprobs is not None and self._sampled is not None:
-            lp[:held] = self._logprobs
-            was[:held] = self._sampled
-        window = slice(first, count)
-        again = was[window]
-        differs = again & (lp[window] != values)
-        if policy == "raise" and differs.any():
-            j = int(np.argmax(differs))
-            raise _fail(
-                f"logprobs[{j}]",
-                f"{float(lp[first + j])!r}, the logprob recorded for trajectory position {first + j} (or "
-                "on_conflict='keep' / 'replace')",
-                repr(float(values[j])),
-            )
-        take = ~again if policy == "keep" else np.ones(values.shape[0], dtype=np.bool_)
-        lp[window][take] = values[take]
-        was[window] = True
-        return lp, was
+        held = self._n_sampled
+        take = np.ones(values.shape[0], dtype=np.bool_)
+        if self._logprobs is not None and self._sampled is not None and first < held:
+            stop = min(count, held)
+            again = self._sampled[first:stop]
+            differs = again & (self._logprobs[first:stop] != values[: stop - first])
+            if policy == "raise" and differs.any():
+                j = int(np.argmax(differs))
+                raise _fail(
+                    f"logprobs[{j}]",
+                    f"{float(self._logprobs[first + j])!r}, the logprob recorded for trajectory position {first + j} "
+                    "(or on_conflict='keep' / 'replace')",
+                    repr(float(values[j])),
+                )
+            if policy == "keep":
+                take[: stop - first] = ~again
+        lp, was = self._logprobs, self._sampled
+        capacity = 0 if lp is None else lp.shape[0]
+        if lp is None or was is None or count > capacity:
+            # Doubling keeps many calls linear overall, as for the token ids (bounded alike by max_elements).
+            size = max(count, 2 * capacity)
+            if self._max_elements is not None:
+                size = max(count, min(size, self._max_elements))
+            grown_lp = _allocate((size,), np.float64, "logprobs")
+            grown_was = _allocate((size,), np.bool_, "logprobs")
+            grown_lp[held:] = 0.0
+            grown_was[held:] = False
+            if lp is not None and was is not None:
+                grown_lp[:held] = lp[:held]
+                grown_was[:held] = was[:held]
+            lp, was = grown_lp, grown_was
+        return lp, was, values, take, count
+
+    def _record_sampled(self, lp: Array, was: Array, values: Array, take: Array, end: int) -> None:
+        """Record a call's logprobs, ending at token ``end``, as :meth:`_sampled_plan` planned them (every check
+        has passed; ``lp`` and ``was`` hold the recorded ones)."""
+        start = end - values.shape[0]
+        window = lp[start:end]
+        window[take] = values[take]
+        was[start:end] = True
+        self._logprobs, self._sampled = lp, was
+        self._n_sampled = max(self._n_sampled, end)
 
     def _record_masked(
         self, arr: Array, keep: Array | None, taken: Array, *, begin: int, overlap: int, end: int
@@ -2157,6 +2201,17 @@ class RouteTrace:
         if placed is not None:
             delta = result.start is not None and result.format in _DELTA_FORMATS
             _check_span(tokens.shape[0], result.total_tokens, placed, n_rows, source, to_the_end=delta)
+            if matrices and placed + n_rows > tokens.shape[0] - 1:
+                # One entry per forwarded position: none for the last token, which no forward pass read. A list
+                # that reaches it still holds the first token's entry (the decoder's list), each row one late.
+                raise _fail(
+                    "start",
+                    f"<= {tokens.shape[0] - 1 - n_rows} for a {_PER_TOKEN_MATRICES} list of {n_rows} entries with "
+                    f"{tokens.shape[0]} token ids (start + rows <= len(token_ids) - 1: the last token has no "
+                    "forward pass; a list that reaches it still holds the first token's entry, which no forward "
+                    "pass produced: drop it, routing_matrices[1:], as Fireworks' SDK does)",
+                    placed,
+                )
         elif start is not None:
             _check_given_start(tokens.shape[0], start, n_rows)
         try:

@@ -148,9 +148,11 @@ def test_fireworks_rows_land_at_their_tokens_or_are_refused(
         # r3wire writes r3/v1 rows from 0 without a mask as SUFFIX from token 1 (start 0), with one as BITMAP.
         assert result.start == (0 if form != "fireworks-matrices" and not masked else None)
         # Any token count: fewer than the payload needs is refused (the trace unchanged): r3/v1 counts the call's
-        # end tokens (total_tokens), a matrices list only holds rows. More (the whole trajectory so far, or all of
-        # it) puts row i at position i: always for r3/v1, and for a matrices list with start=0.
-        least = end - 1 if form == "fireworks-matrices" else end
+        # end tokens (total_tokens), and a matrices list has no entry for the last token, which no forward pass
+        # read (one that reaches it still holds token 0's entry: refused, naming start). More (the whole
+        # trajectory so far, or all of it) puts row i at position i: always for r3/v1, and for a matrices list
+        # with start=0.
+        least = end
         given_count = data.draw(st.integers(0, length), label="tokens given")
         explicit = data.draw(st.booleans(), label="start=0")
         matrices_refused = form == "fireworks-matrices" and not explicit and given_count != end
@@ -159,7 +161,8 @@ def test_fireworks_rows_land_at_their_tokens_or_are_refused(
             start = 0 if explicit else None
             with pytest.raises(R3WireError) as caught:
                 trace.add_result(result, token_ids=tokens[:given_count], start=start)
-            assert caught.value.field == ("token_ids" if given_count < least else "start")
+            short = end - 1 if form == "fireworks-matrices" else end  # fewer tokens than that cannot hold the rows
+            assert caught.value.field == ("token_ids" if given_count < short else "start")
             assert _state(trace) == before
             given_count = (
                 end

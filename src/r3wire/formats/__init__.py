@@ -183,7 +183,10 @@ _TABLE: Final[tuple[tuple[Format, _Reader, _Writer], ...]] = (
     (
         Format(
             name="fireworks-matrices",
-            summary="Fireworks decoder / rLLM routing_matrices: one base64 [layers, top_k] matrix or null per token",
+            summary=(
+                "rLLM / tinker routing_matrices (Fireworks' decoder list less its first entry): one base64 "
+                "[layers, top_k] matrix or null per forwarded position"
+            ),
             carries_start=True,
             needs_shape=True,
         ),
