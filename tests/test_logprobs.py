@@ -295,6 +295,26 @@ def test_sequence_int_that_would_round_is_refused(big: int) -> None:
         clamp_logprobs([-1.0, big])
 
 
+def test_the_first_inexact_int_among_floats_and_exact_ints_is_named() -> None:
+    # Exact ints (a JSON 0, a NumPy int, an int subclass) pass; the first one float64 would round is named.
+    class Count(int):
+        pass
+
+    values: list[object] = [-0.5] * 1000
+    values[10], values[20], values[30] = 0, np.int64(-3), Count(-4)
+    values[700], values[900] = np.uint64(2**64 - 1), 2**53 + 1
+    with pytest.raises(EncodeError) as caught:
+        clamp_logprobs(values)
+    assert caught.value.field == "values[700]"
+    del values[700]
+    with pytest.raises(EncodeError) as caught:
+        clamp_logprobs(values)
+    assert caught.value.field == "values[899]"
+    del values[899]
+    result = clamp_logprobs(values)
+    assert result.values[[10, 20, 30]].tolist() == [0.0, -3.0, -4.0]
+
+
 @pytest.mark.parametrize(
     ("source", "field"),
     [
