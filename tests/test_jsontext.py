@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 import r3wire
+from _calls import python_calls
 from r3wire import DecodeError, UnsupportedVersionError, formats
 from r3wire._jsonpath import json_path
 from r3wire._jsontext import MAX_INT_DIGITS, parse_json
@@ -369,24 +370,6 @@ def test_an_over_long_integer_shadowed_by_a_repeated_member_is_still_refused() -
         assert f"got an integer of {MAX_INT_DIGITS + 1} digits" in str(info.value)
 
 
-def _python_calls(fn: Any) -> int:
-    """How many Python-level function calls ``fn()`` makes, whatever it raises (C calls are not counted)."""
-    calls = 0
-
-    def count(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        calls += event == "call"
-
-    sys.setprofile(count)
-    try:
-        fn()
-    except Exception:  # the refusal under test; its class is asserted by the caller
-        pass
-    finally:
-        sys.setprofile(None)
-    return calls
-
-
 _CUT_BODIES: dict[str, Callable[[Any], object]] = {
     "loads": r3wire.loads,
     "read_response": formats.read_response,
@@ -409,7 +392,7 @@ def test_text_that_is_not_json_is_refused_without_a_step_per_value(entry: str, k
     call = _CUT_BODIES[entry]
     with pytest.raises(DecodeError, match=r"must be (valid )?JSON.*, got invalid JSON"):
         call(body(100_000))
-    assert _python_calls(lambda: call(body(100_000))) < 2 * _python_calls(lambda: call(body(10))) + 100
+    assert python_calls(lambda: call(body(100_000))) < 2 * python_calls(lambda: call(body(10))) + 100
 
 
 @pytest.mark.parametrize("values", ["12345,", "-0.5,", "true,null,"])
@@ -435,5 +418,5 @@ def test_a_fault_after_many_values_is_placed_without_a_step_per_value(
         with pytest.raises(DecodeError, match=words) as info:
             r3wire.loads(text)
         assert info.value.field == field.format(n=50_000 * per_value)
-        calls = _python_calls(functools.partial(r3wire.loads, text))
-        assert calls < 2 * _python_calls(lambda: r3wire.loads(body(10))) + 100
+        calls = python_calls(functools.partial(r3wire.loads, text))
+        assert calls < 2 * python_calls(lambda: r3wire.loads(body(10))) + 100

@@ -8,11 +8,11 @@ Python call per object, instead of scanned with Python work per token (seconds f
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Any
 
 import pytest
 
+from _calls import python_calls
 from r3wire import formats
 from r3wire._validate import _first_repeat, _scan, load_json
 from r3wire.errors import DecodeError
@@ -51,24 +51,6 @@ def test_the_first_repeated_name_in_text_order_is_reported(text: str, name: str 
     assert str(info.value) == f"payload must be {expected}, got member {name!r} twice"
 
 
-def _python_calls(fn: Any) -> int:
-    """How many Python-level function calls ``fn()`` makes, whatever it raises (C calls are not counted)."""
-    calls = 0
-
-    def count(frame: Any, event: str, arg: Any) -> None:
-        nonlocal calls
-        calls += event == "call"
-
-    sys.setprofile(count)
-    try:
-        fn()
-    except DecodeError:  # the refusal under test; asserted by the caller
-        pass
-    finally:
-        sys.setprofile(None)
-    return calls
-
-
 def _arrays(count: int, tail: str = "") -> str:
     """A body whose values are arrays of strings and numbers, one string spelling a colon ``\\u003a`` (so counting
     colons proves nothing), ending with ``tail``."""
@@ -81,7 +63,7 @@ def test_a_body_counting_colons_cannot_decide_costs_no_python_call_per_value(tai
     # Beyond those, the token scan made a Python call per string: 54,000 more for the larger body.
     with pytest.raises(DecodeError) if tail else contextlib.nullcontext():
         load_json(_arrays(20_000, tail))
-    small, large = (_python_calls(lambda n=n: load_json(_arrays(n, tail))) for n in (2_000, 20_000))
+    small, large = (python_calls(lambda n=n: load_json(_arrays(n, tail)), DecodeError) for n in (2_000, 20_000))
     assert large < 2 * small, (small, large)
 
 
@@ -97,7 +79,7 @@ def test_a_repeat_among_many_objects_costs_a_python_call_per_object() -> None:
     with pytest.raises(DecodeError, match="member 'logprob' twice"):
         formats.read_response(_objects(5_000, 5_000))
     for before, after in ((5_000, 5_000), (10_000, 0)):
-        calls = _python_calls(lambda before=before, after=after: load_json(_objects(before, after)))
+        calls = python_calls(lambda before=before, after=after: load_json(_objects(before, after)), DecodeError)
         assert calls < 10_000 + 1_000, (before, after, calls)
 
 
