@@ -367,12 +367,14 @@ def check_ids(
     missing_sentinel: bool = False,
     missing_slots: bool = False,
     error: type[R3WireError] = DecodeError,
+    first_row: int = 0,
 ) -> None:
     """Check that ids are non-negative (and below ``num_experts`` when given).
 
     With ``missing_sentinel``, a top-k row that is entirely -1 is a missing route and allowed; a row that is
     only partly negative is corruption. With ``missing_slots`` (SGLang), any single slot may be -1; any other
-    negative value is corruption.
+    negative value is corruption. ``first_row`` is the row ``routes[0]`` has in what ``field`` names (rows
+    read past ones the caller dropped): the index named counts from it.
 
     Raises:
         DecodeError: (or ``error``) naming the first offending index.
@@ -387,7 +389,9 @@ def check_ids(
             if bad_slots.any():
                 where = first_index(bad_slots)
                 raise error.make(
-                    f"{field}{where}", "a non-negative expert id, or -1 (no routed expert)", int(routes[tuple(where)])
+                    _named(field, where, first_row),
+                    "a non-negative expert id, or -1 (no routed expert)",
+                    int(routes[tuple(where)]),
                 )
         elif missing_sentinel:
             missing = (routes == MISSING_ROUTE).all(axis=-1, keepdims=True)
@@ -395,19 +399,24 @@ def check_ids(
             if bad.any():
                 where = first_index(bad)
                 raise error.make(
-                    f"{field}{where}",
+                    _named(field, where, first_row),
                     "a non-negative expert id, or -1 in every top-k slot of the row (missing route)",
                     int(routes[tuple(where)]),
                 )
         else:
             where = first_index(negative)
-            raise error.make(f"{field}{where}", "a non-negative expert id", int(routes[tuple(where)]))
+            raise error.make(_named(field, where, first_row), "a non-negative expert id", int(routes[tuple(where)]))
     if num_experts is not None:
         high = int(routes.max())
         if high >= num_experts:
             where = first_index(routes >= num_experts)
             got = int(routes[tuple(where)])  # the id at the position named, not the largest
-            raise error.make(f"{field}{where}", f"an expert id below num_experts={num_experts}", got)
+            raise error.make(_named(field, where, first_row), f"an expert id below num_experts={num_experts}", got)
+
+
+def _named(field: str, where: list[int], first_row: int) -> str:
+    """``field`` indexed at ``where``, its row counted from ``first_row``."""
+    return f"{field}{[where[0] + first_row, *where[1:]]}"
 
 
 def prepared_routes(

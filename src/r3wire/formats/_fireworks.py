@@ -32,6 +32,7 @@ from r3wire.formats._common import (
     ReadResult,
     WriteOptions,
     b64_decoded_length,
+    check_ids,
     choose_dtype,
     first_index,
     prepared_routes,
@@ -282,7 +283,8 @@ def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
         _check_end(inflater)
         if not dtype.isnative:
             routes.byteswap(inplace=True)
-        _check_matrix_ids(routes, skip, opts.num_experts)
+        # An id is named by its matrix in the payload: token 0's, when dropped, still counts.
+        check_ids(routes, "matrix", num_experts=opts.num_experts, first_row=skip)
         start = (max(first - 1, 0)) if mode == SELECTOR_SUFFIX else None
         return ReadResult(routes=routes, format="fireworks-r3v1", start=start, total_tokens=total)
     bits = _read_mask(inflater, total)
@@ -302,17 +304,6 @@ def read_fireworks(payload: object, opts: ReadOptions) -> ReadResult:
     if dense is None:
         raise _field_error("selector", f"{replayed} set bits (replayed_token_count)", set_bits)
     return ReadResult(routes=dense, format="fireworks-r3v1", mask=mask, total_tokens=total)
-
-
-def _check_matrix_ids(routes: np.ndarray[Any, Any], skipped: int, num_experts: int | None) -> None:
-    """Every id below ``num_experts``, as :func:`check_ids` checks them; the first bad one is named by its matrix
-    in the payload (``skipped`` matrices precede ``routes[0]``) and shown as the id there."""
-    if num_experts is None or not routes.size or int(routes.max()) < num_experts:
-        return
-    where = first_index(routes >= num_experts)
-    got = int(routes[tuple(where)])
-    where[0] += skipped
-    raise DecodeError.make(f"matrix{where}", f"an expert id below num_experts={num_experts}", got)
 
 
 def _check_end(inflater: _Inflater) -> None:
