@@ -253,22 +253,23 @@ def _in_result(error: R3WireError, picked: Sequence[int] | None) -> R3WireError:
     ``picked[l]`` when layers were selected; one about its logprobs renamed to ``result.logprobs``. Any other
     error is returned as it is."""
     field = error.field
-    if field is not None and (field == "logprobs" or field.startswith("logprobs[")):
-        # add()'s logprobs are result.logprobs here.
-        renamed = f"result.{field}"
-        message = str(error)
-        message = renamed + message[len(field) :] if message.startswith(field) else f"{renamed}: {message}"
-        return type(error)(message, field=renamed, expected=error.expected, got=error.got)
-    found = None if field is None else _ROUTES_ELEMENT.fullmatch(field)
+    if field is None:
+        return error
+    if field == "logprobs" or field.startswith("logprobs["):
+        return _renamed(error, field, f"result.{field}")  # add()'s logprobs are result.logprobs here
+    found = _ROUTES_ELEMENT.fullmatch(field)
     if found is None:
         return error
-    assert field is not None
     row, layer, slot = found.groups()
     original = int(layer) if picked is None else picked[int(layer)]
-    located = f"result.routes[row {row}, layer {original}{slot or ''}]"
+    return _renamed(error, field, f"result.routes[row {row}, layer {original}{slot or ''}]")
+
+
+def _renamed(error: R3WireError, field: str, name: str) -> R3WireError:
+    """``error`` (about ``field``) about ``name`` instead, its message and its field."""
     message = str(error)
-    message = located + message[len(field) :] if message.startswith(field) else f"{located}: {message}"
-    return type(error)(message, field=located, expected=error.expected, got=error.got)
+    message = name + message[len(field) :] if message.startswith(field) else f"{name}: {message}"
+    return type(error)(message, field=name, expected=error.expected, got=error.got)
 
 
 def _check_range(arr: Array, limit: int, field: str, *, expected: str, rows: Array | None = None) -> None:
@@ -541,6 +542,21 @@ def _copy_sample(
 def _bounded(shape: tuple[int, ...], max_elements: object, field: str) -> None:
     """Refuse an output shape over the caller's (or the default) element limit before allocating it."""
     check_element_count(shape, optional_max_elements(max_elements), field, error=R3WireError)
+
+
+def _room(current: Array | None, needed: int, dtype: type, field: str, *, keep: int, bound: int | None) -> Array:
+    """``current`` if it holds ``needed`` items, else a new 1-d buffer holding ``current[:keep]``, its capacity
+    doubled (many small calls stay linear overall) within ``bound`` (``max_elements``); the rest is unset."""
+    if current is not None and needed <= current.shape[0]:
+        return current
+    held = 0 if current is None else current.shape[0]
+    capacity = max(needed, 2 * held)
+    if bound is not None:
+        capacity = max(needed, min(capacity, bound))
+    grown = _allocate((capacity,), dtype, field)
+    if current is not None:
+        grown[:keep] = current[:keep]
+    return grown
 
 
 def _allocate(shape: tuple[int, ...], dtype: np.dtype[Any] | type, field: str) -> Array:
@@ -1763,11 +1779,7 @@ class RouteTrace:
         0.0, not NaN, where a token has none (a prompt or tool token): a masked product (``logprobs * mask``)
         stays finite. :attr:`sampled` says which values are real.
         """
-        if self._logprobs is None:
-            return None
-        out = np.zeros(self._n_tokens, dtype=np.float64)
-        out[: self._n_sampled] = self._logprobs[: self._n_sampled]
-        return out
+        return self._per_token(self._logprobs, np.float64)
 
     @property
     def sampled(self) -> Array | None:
@@ -1776,10 +1788,14 @@ class RouteTrace:
 
         A call that generated tokens without reporting logprobs leaves them ``False``: ask every call for them.
         """
-        if self._sampled is None:
+        return self._per_token(self._sampled, np.bool_)
+
+    def _per_token(self, covered: Array | None, dtype: type) -> Array | None:
+        """A copy of ``covered`` (logprobs or sampled) for every recorded token: zero past the covered ones."""
+        if covered is None:
             return None
-        out = np.zeros(self._n_tokens, dtype=np.bool_)
-        out[: self._n_sampled] = self._sampled[: self._n_sampled]
+        out: Array = np.zeros(self._n_tokens, dtype=dtype)
+        out[: self._n_sampled] = covered[: self._n_sampled]
         return out
 
     @property
@@ -2041,27 +2057,18 @@ class RouteTrace:
                 )
             if policy == "keep":
                 take[: stop - first] = ~again
-        lp, was = self._logprobs, self._sampled
-        capacity = 0 if lp is None else lp.shape[0]
-        if lp is None or was is None or count > capacity:
-            # Doubling keeps many calls linear overall, as for the token ids (bounded alike by max_elements).
-            size = max(count, 2 * capacity)
-            if self._max_elements is not None:
-                size = max(count, min(size, self._max_elements))
-            grown_lp = _allocate((size,), np.float64, "logprobs")
-            grown_was = _allocate((size,), np.bool_, "logprobs")
-            grown_lp[held:] = 0.0
-            grown_was[held:] = False
-            if lp is not None and was is not None:
-                grown_lp[:held] = lp[:held]
-                grown_was[:held] = was[:held]
-            lp, was = grown_lp, grown_was
+        lp = _room(self._logprobs, count, np.float64, "logprobs", keep=held, bound=self._max_elements)
+        was = _room(self._sampled, count, np.bool_, "logprobs", keep=held, bound=self._max_elements)
         return lp, was, values, take, count
 
     def _record_sampled(self, lp: Array, was: Array, values: Array, take: Array, end: int) -> None:
         """Record a call's logprobs, ending at token ``end``, as :meth:`_sampled_plan` planned them (every check
         has passed; ``lp`` and ``was`` hold the recorded ones)."""
         start = end - values.shape[0]
+        held = self._n_sampled
+        if start > held:  # tokens between (a prompt's, a tool's) were sampled by no call
+            lp[held:start] = 0.0
+            was[held:start] = False
         window = lp[start:end]
         window[take] = values[take]
         was[start:end] = True
@@ -2394,17 +2401,7 @@ class RouteTrace:
 
     def _token_room(self, count: int) -> Array:
         """A token buffer holding the recorded tokens with room for ``count``; the trace is not changed yet."""
-        current = self._tokens
-        if current is not None and count <= current.shape[0]:
-            return current
-        held = 0 if current is None else current.shape[0]
-        capacity = max(count, 2 * held)
-        if self._max_elements is not None:
-            capacity = max(count, min(capacity, self._max_elements))
-        grown = _allocate((capacity,), np.int64, "token_ids")
-        if current is not None:
-            grown[: self._n_tokens] = current[: self._n_tokens]
-        return grown
+        return _room(self._tokens, count, np.int64, "token_ids", keep=self._n_tokens, bound=self._max_elements)
 
     def _record_tokens(self, tokens: Array, room: Array) -> None:
         """Record ``tokens`` into ``room`` (from :meth:`_token_room`); an empty ``tokens`` still marks the trace."""
